@@ -1,0 +1,100 @@
+"""The ``evoharness`` command line: the library's face for people and scripts."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from evoharness.collection import CollectionConfig, collect
+from evoharness.envs.alfworld.catalog import SPLITS, AlfworldDataError, GameCatalog
+from evoharness.harness.prompts import Mode
+from evoharness.lineage import new_run_id
+from warehouse import Warehouse, default_db_path
+
+app = typer.Typer(help="EvoHarness-RL distillation pipeline: teachers → warehouse → student.", no_args_is_help=True)
+console = Console()
+
+DbOption = Annotated[Optional[Path], typer.Option("--db", help="DuckDB file (default: $EVOHARNESS_DB).")]
+
+
+def print_table(title: str, columns: list[str], rows: list[tuple]) -> None:
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*("" if value is None else str(value) for value in row))
+    console.print(table)
+
+
+@app.command()
+def games(
+    split: Annotated[str, typer.Option(help=f"One of {', '.join(SPLITS)}.")] = "valid_seen",
+    limit: Annotated[Optional[int], typer.Option(help="First N games in catalog order.")] = None,
+) -> None:
+    """List the games of a split (catalog order: round-robin over the six task types)."""
+    try:
+        found = GameCatalog().games(split, limit)
+    except (AlfworldDataError, ValueError) as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    print_table(f"{split}: {len(found)} games", ["game_id", "task_type"], [(g.game_id, g.task_type) for g in found])
+
+
+@app.command("collect")
+def collect_command(
+    teacher: Annotated[str, typer.Option(help="Registered teacher name.")] = "expert",
+    mode: Annotated[Mode, typer.Option(help="bpe (workspace + meta-actions) or react.")] = Mode.BPE,
+    split: Annotated[str, typer.Option(help=f"One of {', '.join(SPLITS)}.")] = "valid_seen",
+    limit: Annotated[Optional[int], typer.Option(help="First N games of the split.")] = None,
+    seed: Annotated[list[int], typer.Option(help="Episode seed; repeat for several episodes per game.")] = [0],
+    max_steps: Annotated[int, typer.Option(help="Step budget per episode.")] = 70,
+    meta_action_cost: Annotated[int, typer.Option(help="Steps a meta-action costs.")] = 1,
+    workers: Annotated[int, typer.Option(help="Environment worker processes.")] = 2,
+    concurrency: Annotated[int, typer.Option(help="Episodes in flight.")] = 8,
+    engine: Annotated[Optional[str], typer.Option(help="textworld or fast (default: the library default).")] = None,
+    db: DbOption = None,
+) -> None:
+    """Play a teacher on a split and store every episode, step and harness call in the warehouse."""
+    logging.basicConfig(level=logging.WARNING)
+    config = CollectionConfig(
+        teacher=teacher, mode=mode, split=split, limit=limit, seeds=tuple(seed), max_steps=max_steps,
+        meta_action_cost=meta_action_cost, workers=workers, concurrency=concurrency, engine=engine,
+    )
+    with Warehouse(db or default_db_path()) as warehouse, Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("{task.fields[last]}"), console=console,
+    ) as progress:
+        bar = progress.add_task(f"{teacher}/{mode.value} on {split}", total=None, last="")
+
+        def on_progress(done: int, total: int, record) -> None:  # type: ignore[no-untyped-def]
+            outcome = "won" if record.won else record.status if record.status == "failed" else "lost"
+            progress.update(bar, completed=done, total=total, last=f"{record.spec.game.task_type}: {outcome}")
+
+        try:
+            result = collect(config, warehouse, run_id=new_run_id(), on_progress=on_progress)
+        except (AlfworldDataError, ValueError, KeyError) as exc:
+            raise typer.BadParameter(str(exc)) from exc
+        columns, rows = warehouse.query("teacher_summary", teacher=teacher, mode=mode.value, split=split)
+    rate = f"{result.episodes_per_second:.2f} episodes/s" if result.episodes_per_second else "nothing to run"
+    console.print(
+        f"planned {result.planned}, already stored {result.skipped}, ran {len(result.records)} "
+        f"(won {result.won}, failed {result.failed}) in {result.seconds:.1f}s — {rate}"
+    )
+    print_table(f"{teacher} / {mode.value} / {split} (all stored episodes)", columns, rows)
+
+
+@app.command()
+def summary(db: DbOption = None) -> None:
+    """Success, steps and harness calls per teacher, mode, split and task type."""
+    with Warehouse(db or default_db_path()) as warehouse:
+        cursor = warehouse.con.execute("SELECT * FROM episode_summary ORDER BY ALL")
+        print_table("episode_summary", [d[0] for d in cursor.description], cursor.fetchall())
+
+
+if __name__ == "__main__":
+    app()

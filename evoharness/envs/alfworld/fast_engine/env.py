@@ -1,0 +1,140 @@
+"""``FastAlfworldEnv``: the native ALFWorld engine behind the :class:`Environment` protocol."""
+
+from __future__ import annotations
+
+import random
+from functools import lru_cache
+from pathlib import Path
+
+from evoharness.envs.alfworld.catalog import AlfworldDataError, GameRecord, load_game_file
+from evoharness.envs.alfworld.facts import FLAG_PREDICATES
+from evoharness.envs.alfworld.fast_engine import rules
+from evoharness.envs.alfworld.fast_engine.pddl import check_supported
+from evoharness.envs.alfworld.fast_engine.world import State, World
+from evoharness.envs.alfworld.textworld_engine import objective_from_intro
+from evoharness.envs.base import StepResult, WorldFacts
+
+
+@lru_cache(maxsize=256)
+def load_world(game_path: str) -> World:
+    """Parse a game file once per process (the world is immutable; states are built from it)."""
+    data = load_game_file(Path(game_path))
+    check_supported(data, game_path)
+    try:
+        return World.from_game(data)
+    except (KeyError, ValueError, IndexError) as exc:
+        raise AlfworldDataError(f"The fast engine could not parse {game_path}: {exc!r}") from exc
+
+
+class FastAlfworldEnv:
+    """One ALFWorld game on the native engine: same texts, commands, facts and scores as the real one.
+
+    ``expert=True`` adds the expert's next command (``expert_plan``); the expert draws from its own
+    ``random.Random`` seeded in :meth:`reset`, so runs are reproducible and never touch global state.
+    """
+
+    engine = "fast"
+
+    def __init__(self, game: GameRecord, expert: bool = False) -> None:
+        self.game = game
+        self.expert = expert
+        self.world = load_world(str(game.game_path))
+        if expert and not game.traj_path.is_file():
+            raise AlfworldDataError(f"The expert needs {game.traj_path}, which is missing.")
+        self._state: State | None = None
+        self._actions: dict[str, rules.Action] = {}
+        self._admissible: tuple[str, ...] = ()
+        self._objective = ""
+        self._expert = None
+
+    # --- protocol ------------------------------------------------------------------------------------
+    def reset(self, seed: int | None = None) -> StepResult:
+        self._state = State(self.world)
+        feedback = rules.intro_text(self._state)
+        self._objective = objective_from_intro(feedback)
+        self._refresh()
+        won = self._state.won()
+        plan = None
+        if self.expert:
+            from evoharness.envs.alfworld.fast_engine.expert import FastExpert
+
+            self._expert = FastExpert(self.game.traj_path, random.Random(seed))
+            plan = self._expert.start(feedback)
+        return self._result(feedback, True, won, plan)
+
+    def step(self, command: str) -> StepResult:
+        state = self._state
+        if state is None:
+            raise RuntimeError("step() before reset()")
+        valid = command in self._actions
+        action = self._actions.get(command.strip())
+        feedback = rules.NOTHING_HAPPENS if action is None else rules.apply(state, action)
+        self._refresh()
+        won = state.won()
+        plan = None
+        if self.expert and self._expert is not None:
+            plan = self._expert.next(command, feedback, self._admissible, won, self)
+        return self._result(feedback, valid, won, plan)
+
+    def facts(self) -> WorldFacts:
+        state = self._state
+        if state is None:
+            raise RuntimeError("facts() before reset()")
+        names = self.world.names
+        located: dict[str, str] = {}
+        for obj, recep in sorted(state.inrec):
+            located[names[obj]] = names[recep]
+        flags: dict[str, set[str]] = {}
+        for pred, objs in state.flags.items():
+            flag = FLAG_PREDICATES.get(pred)
+            if flag is None:
+                continue
+            for obj in objs:
+                flags.setdefault(names[obj], set()).add(flag)
+        here = self.world.location_receps.get(state.agent_at, ())
+        return WorldFacts(
+            located=located,
+            holding=frozenset(names[o] for o in state.holds),
+            opened=frozenset(names[r] for r in state.opened),
+            flags={obj: frozenset(fl) for obj, fl in flags.items()},
+            agent_near=frozenset(names[r] for r in here),
+            receptacles=frozenset(names[r] for r in self.world.recep_location),
+        )
+
+    def close(self) -> None:
+        self._state = None
+
+    # --- extras --------------------------------------------------------------------------------------
+    def containers(self) -> dict[str, frozenset[str]]:
+        """Every receptacle each object is in (ALFWorld puts some objects in two, e.g. a safe on a dresser)."""
+        state = self._state
+        if state is None:
+            raise RuntimeError("containers() before reset()")
+        names = self.world.names
+        found: dict[str, set[str]] = {}
+        for obj, recep in state.inrec:
+            found.setdefault(names[obj], set()).add(names[recep])
+        return {obj: frozenset(receps) for obj, receps in found.items()}
+
+    @property
+    def state(self) -> State:
+        if self._state is None:
+            raise RuntimeError("state before reset()")
+        return self._state
+
+    def _refresh(self) -> None:
+        assert self._state is not None
+        self._actions = rules.applicable(self._state)
+        self._admissible = tuple(sorted(self._actions))
+
+    def _result(self, feedback: str, valid: bool, won: bool, plan: tuple[str, ...] | None) -> StepResult:
+        return StepResult(
+            observation=feedback,
+            admissible_commands=self._admissible,
+            objective=self._objective,
+            won=won,
+            done=won,
+            score=1.0 if won else 0.0,
+            valid=valid,
+            expert_plan=plan,
+        )
