@@ -157,6 +157,7 @@ def episode_row(record: EpisodeRecord, run_id: str, code_version: str) -> dict[s
         "final_score": record.steps[-1].score if record.steps else None,
         "input_tokens": record.input_tokens,
         "output_tokens": record.output_tokens,
+        "cost_usd": record.cost_usd,
         "started_at": record.started_at,
         "finished_at": record.finished_at,
         "prompt_id": spec.prompt_id,

@@ -58,6 +58,7 @@ class StepRecord:
     latency_ms: float
     input_tokens: int | None = None
     output_tokens: int | None = None
+    cost_usd: float | None = None
 
 
 @dataclass
@@ -80,15 +81,21 @@ class EpisodeRecord:
     def n_harness_calls(self) -> int:
         return sum(step.kind in ("track", "commit", "recall", "note") for step in self.steps)
 
-    def _total(self, attribute: str) -> int | None:
+    def _total(self, attribute: str) -> float | None:
         values = [getattr(step, attribute) for step in self.steps]
         known = [v for v in values if v is not None]
         return sum(known) if known else None
 
     @property
     def input_tokens(self) -> int | None:
-        return self._total("input_tokens")
+        total = self._total("input_tokens")
+        return None if total is None else int(total)
 
     @property
     def output_tokens(self) -> int | None:
-        return self._total("output_tokens")
+        total = self._total("output_tokens")
+        return None if total is None else int(total)
+
+    @property
+    def cost_usd(self) -> float | None:
+        return self._total("cost_usd")

@@ -100,6 +100,7 @@ async def run_episode(
                     admissible=admissible, won=current.won, done=current.done, score=current.score,
                     prompt=prompt.text, prompt_id=prompt.prompt_id, prompt_sha=prompt.prompt_sha,
                     latency_ms=latency_ms, input_tokens=output.input_tokens, output_tokens=output.output_tokens,
+                    cost_usd=output.cost_usd,
                 )
             )
             t += 1

@@ -32,6 +32,7 @@ CREATE TABLE IF NOT EXISTS episodes (
     final_score     DOUBLE,
     input_tokens    BIGINT,
     output_tokens   BIGINT,
+    cost_usd        DOUBLE,               -- NULL where the policy has no price (the offline expert)
     started_at      TIMESTAMP NOT NULL,
     finished_at     TIMESTAMP NOT NULL,
     prompt_id       VARCHAR NOT NULL,
@@ -61,6 +62,7 @@ CREATE TABLE IF NOT EXISTS steps (
     latency_ms      DOUBLE NOT NULL,
     input_tokens    INTEGER,
     output_tokens   INTEGER,
+    cost_usd        DOUBLE,
     PRIMARY KEY (episode_id, t)
 );
 

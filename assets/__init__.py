@@ -1,0 +1,1 @@
+"""Dagster assets, one module per stage. Thin: they call the library and write the warehouse."""

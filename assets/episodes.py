@@ -1,0 +1,97 @@
+"""``teacher_episodes``: a teacher's episodes on ALFWorld games, one partition per teacher."""
+
+
+from typing import Optional
+
+import dagster as dg
+from pydantic import Field
+
+from evoharness.collection import CollectionConfig, collect
+from evoharness.envs.alfworld.catalog import SPLITS
+from evoharness.harness.prompts import Mode
+from evoharness.reporting.charts import bar_chart_png, markdown_image, markdown_table
+from pipelines.partitions import teacher_partitions
+from pipelines.resources import AlfworldResource, WarehouseResource
+
+
+class CollectionRunConfig(dg.Config):
+    """Run config of a collection: which games, how, and how much in parallel."""
+
+    split: str = Field(default="valid_seen", description=f"One of {', '.join(SPLITS)}.")
+    limit: Optional[int] = Field(default=12, description="First N games of the split (None: all).")
+    mode: str = Field(default="bpe", description="bpe or react.")
+    seeds: list[int] = Field(default=[0], description="One episode per game and seed.")
+    max_steps: int = Field(default=70, description="Step budget per episode.")
+    meta_action_cost: int = Field(default=1, description="Steps one meta-action costs.")
+    workers: int = Field(default=2, description="Environment worker processes.")
+    concurrency: int = Field(default=8, description="Episodes in flight.")
+    engine: Optional[str] = Field(default=None, description="textworld or fast (None: library default).")
+
+
+@dg.asset(
+    partitions_def=teacher_partitions,
+    deps=["alfworld_games"],
+    group_name="collection",
+    description="Episodes, steps and harness calls of one teacher, written to the warehouse (resumable).",
+)
+def teacher_episodes(
+    context: dg.AssetExecutionContext,
+    config: CollectionRunConfig,
+    alfworld: AlfworldResource,
+    warehouse: WarehouseResource,
+) -> dg.MaterializeResult:
+    teacher = context.partition_key
+    collection = CollectionConfig(
+        teacher=teacher, mode=Mode(config.mode), split=config.split, limit=config.limit, seeds=tuple(config.seeds),
+        max_steps=config.max_steps, meta_action_cost=config.meta_action_cost, workers=config.workers,
+        concurrency=config.concurrency, engine=config.engine, data_root=alfworld.root(),
+    )
+
+    def on_progress(done: int, total: int, record) -> None:  # type: ignore[no-untyped-def]
+        context.log.info(
+            "episode %d/%d %s %s (%d steps)", done, total, record.spec.game.game_id,
+            "won" if record.won else record.status, len(record.steps),
+        )
+
+    with warehouse.open() as wh:
+        result = collect(collection, wh, run_id=context.run_id, on_progress=on_progress)
+        columns, rows = wh.query("teacher_summary", teacher=teacher, mode=config.mode, split=config.split)
+    per_type = [row for row in rows if row[0] != "ALL"]
+    overall = next(row for row in rows if row[0] == "ALL") if rows else None
+    chart = bar_chart_png(
+        [row[0] for row in per_type], [float(row[4]) for row in per_type],
+        f"{teacher} / {config.mode} / {config.split}: success by task type", "success rate", (0, 1.05),
+    ) if per_type else None
+    metadata: dict[str, dg.MetadataValue] = {
+        "episodes_planned": dg.MetadataValue.int(result.planned),
+        "episodes_skipped_already_stored": dg.MetadataValue.int(result.skipped),
+        "episodes_written": dg.MetadataValue.int(result.written),
+        "episodes_failed": dg.MetadataValue.int(result.failed),
+        "summary": dg.MetadataValue.md(markdown_table(columns, rows)),
+    }
+    if overall is not None:
+        metadata["success_rate"] = dg.MetadataValue.float(float(overall[4]))
+    if result.episodes_per_second is not None:
+        metadata["episodes_per_second"] = dg.MetadataValue.float(round(result.episodes_per_second, 3))
+    if chart is not None:
+        metadata["success_by_task_type"] = dg.MetadataValue.md(markdown_image(chart, "success by task type"))
+    return dg.MaterializeResult(metadata=metadata)
+
+
+@dg.asset_check(asset=teacher_episodes, blocking=True, description="Every episode has steps; no step after done; "
+                "won episodes end with done; no failed episode is stored as won.")
+def teacher_episodes_integrity(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource
+                               ) -> dg.AssetCheckResult:
+    teachers = [context.partition_key] if context.has_partition_key else None
+    problems: list[tuple] = []
+    with warehouse.open() as wh:
+        for teacher in teachers or [r[0] for r in wh.con.execute("SELECT DISTINCT teacher FROM episodes").fetchall()]:
+            _, rows = wh.query("check_episode_integrity", teacher=teacher)
+            problems.extend(rows)
+    return dg.AssetCheckResult(
+        passed=not problems,
+        metadata={
+            "violations": dg.MetadataValue.int(len(problems)),
+            "examples": dg.MetadataValue.md(markdown_table(["episode_id", "problem"], problems[:20])),
+        },
+    )

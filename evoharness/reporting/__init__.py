@@ -1,0 +1,1 @@
+"""Tables and plots attached to assets: Markdown tables and PNG charts (embedded or written to disk)."""

@@ -1,0 +1,49 @@
+"""Small charts for asset metadata, rendered headless with matplotlib."""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def bar_chart_png(labels: Sequence[str], values: Sequence[float], title: str, ylabel: str,
+                  ylim: tuple[float, float] | None = None) -> bytes:
+    """A horizontal-label bar chart as PNG bytes."""
+    fig, ax = plt.subplots(figsize=(7, 3.5), dpi=100)
+    ax.bar(range(len(values)), values, color="#4c72b0")
+    ax.set_xticks(range(len(labels)), labels, rotation=25, ha="right", fontsize=8)
+    ax.set_title(title)
+    ax.set_ylabel(ylabel)
+    if ylim:
+        ax.set_ylim(*ylim)
+    for i, value in enumerate(values):
+        ax.text(i, value, f"{value:.2f}", ha="center", va="bottom", fontsize=8)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def markdown_image(png: bytes, alt: str) -> str:
+    """Markdown that embeds a PNG inline (Dagster's UI renders it)."""
+    return f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode()})"
+
+
+def save_png(png: bytes, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(png)
+    return path
+
+
+def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns)
+    body = "\n".join("| " + " | ".join("" if v is None else str(v) for v in row) + " |" for row in rows)
+    return f"{head}\n{body}"
