@@ -54,7 +54,7 @@ def teacher_episodes(
         )
 
     with warehouse.open() as wh:
-        result = collect(collection, wh, run_id=context.run_id, on_progress=on_progress)
+        result = collect(collection, wh, run_id=context.run.run_id, on_progress=on_progress)
         columns, rows = wh.query("teacher_summary", teacher=teacher, mode=config.mode, split=config.split)
     per_type = [row for row in rows if row[0] != "ALL"]
     overall = next(row for row in rows if row[0] == "ALL") if rows else None

@@ -106,7 +106,8 @@ async def run_episode(
             t += 1
     except (PolicyError, EnvWorkerError) as exc:
         record.status = "failed"
-        record.failure_reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else exc!r}"
+        first_line = str(exc).splitlines()[0] if str(exc) else repr(exc)
+        record.failure_reason = f"{type(exc).__name__}: {first_line}"
     finally:
         if env is not None:
             try:

@@ -1,0 +1,55 @@
+"""In-process Dagster materialization of the collection assets, with a temporary DAGSTER_HOME and warehouse."""
+
+from pathlib import Path
+
+import dagster as dg
+import duckdb
+import pytest
+
+from assets.episodes import teacher_episodes, teacher_episodes_integrity
+from assets.games import alfworld_games
+from pipelines.definitions import defs
+from pipelines.partitions import TEACHER_PARTITIONS_NAME, register_teachers
+from pipelines.resources import AlfworldResource, WarehouseResource
+
+
+def test_definitions_load() -> None:
+    graph = defs.resolve_asset_graph()
+    keys = {key.to_user_string() for key in graph.get_all_asset_keys()}
+    assert {"alfworld_games", "teacher_episodes"} <= keys
+
+
+def test_materialize_games_and_expert_episodes(tmp_path: Path, alfworld_data: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    db = tmp_path / "warehouse.duckdb"
+    resources = {"warehouse": WarehouseResource(path=str(db)), "alfworld": AlfworldResource(data_root=str(alfworld_data))}
+    with dg.DagsterInstance.get() as instance:
+        assert register_teachers(instance) == ["expert"]
+        assert register_teachers(instance) == []
+        assert instance.get_dynamic_partitions(TEACHER_PARTITIONS_NAME) == ["expert"]
+        run_config = {"ops": {"teacher_episodes": {"config": {"limit": 2, "workers": 1}}}}
+        result = dg.materialize([alfworld_games, teacher_episodes, teacher_episodes_integrity], instance=instance,
+                                partition_key="expert", resources=resources, run_config=run_config)
+        assert result.success
+        materialized = {e.asset_key.to_user_string(): e.materialization.metadata
+                        for e in result.get_asset_materialization_events()}
+        assert materialized["alfworld_games"]["games"].value == 1174
+        episodes_md = materialized["teacher_episodes"]
+        assert episodes_md["episodes_written"].value == 2
+        assert episodes_md["success_rate"].value == 1.0
+        assert "data:image/png;base64," in episodes_md["success_by_task_type"].value
+        checks = result.get_asset_check_evaluations()
+        assert [(c.check_name, c.passed) for c in checks] == [("teacher_episodes_integrity", True)]
+
+        # a rerun writes nothing new
+        again = dg.materialize([teacher_episodes], instance=instance, partition_key="expert",
+                               resources=resources, run_config=run_config)
+        md = again.get_asset_materialization_events()[0].materialization.metadata
+        assert md["episodes_skipped_already_stored"].value == 2 and md["episodes_written"].value == 0
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("SELECT count(*), count(DISTINCT run_id) FROM episodes").fetchone() == (2, 1)
+        assert con.execute("SELECT count(*) FROM games").fetchone()[0] == 1174
