@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from evoharness.cli_data import register as register_data_commands
+from evoharness.cli_teachers import teacher_app
 from evoharness.collection import CollectionConfig, collect
 from evoharness.envs.alfworld.catalog import SPLITS, AlfworldDataError, GameCatalog
 from evoharness.harness.prompts import Mode
@@ -18,9 +21,10 @@ from evoharness.lineage import new_run_id
 from warehouse import Warehouse, default_db_path
 
 app = typer.Typer(help="EvoHarness-RL distillation pipeline: teachers → warehouse → student.", no_args_is_help=True)
+app.add_typer(teacher_app, name="teacher")
 console = Console()
 
-DbOption = Annotated[Optional[Path], typer.Option("--db", help="DuckDB file (default: $EVOHARNESS_DB).")]
+DbOption = Annotated[Path | None, typer.Option("--db", help="DuckDB file (default: $EVOHARNESS_DB).")]
 
 
 def print_table(title: str, columns: list[str], rows: list[tuple]) -> None:
@@ -35,7 +39,7 @@ def print_table(title: str, columns: list[str], rows: list[tuple]) -> None:
 @app.command()
 def games(
     split: Annotated[str, typer.Option(help=f"One of {', '.join(SPLITS)}.")] = "valid_seen",
-    limit: Annotated[Optional[int], typer.Option(help="First N games in catalog order.")] = None,
+    limit: Annotated[int | None, typer.Option(help="First N games in catalog order.")] = None,
 ) -> None:
     """List the games of a split (catalog order: round-robin over the six task types)."""
     try:
@@ -50,19 +54,20 @@ def collect_command(
     teacher: Annotated[str, typer.Option(help="Registered teacher name.")] = "expert",
     mode: Annotated[Mode, typer.Option(help="bpe (workspace + meta-actions) or react.")] = Mode.BPE,
     split: Annotated[str, typer.Option(help=f"One of {', '.join(SPLITS)}.")] = "valid_seen",
-    limit: Annotated[Optional[int], typer.Option(help="First N games of the split.")] = None,
-    seed: Annotated[list[int], typer.Option(help="Episode seed; repeat for several episodes per game.")] = [0],
+    limit: Annotated[int | None, typer.Option(help="First N games of the split.")] = None,
+    seed: Annotated[list[int] | None, typer.Option(help="Episode seed; repeat for more episodes per game. [default: 0]")
+                    ] = None,
     max_steps: Annotated[int, typer.Option(help="Step budget per episode.")] = 70,
     meta_action_cost: Annotated[int, typer.Option(help="Steps a meta-action costs.")] = 1,
     workers: Annotated[int, typer.Option(help="Environment worker processes.")] = 2,
     concurrency: Annotated[int, typer.Option(help="Episodes in flight.")] = 8,
-    engine: Annotated[Optional[str], typer.Option(help="textworld or fast (default: the library default).")] = None,
+    engine: Annotated[str | None, typer.Option(help="textworld or fast (default: the library default).")] = None,
     db: DbOption = None,
 ) -> None:
     """Play a teacher on a split and store every episode, step and harness call in the warehouse."""
     logging.basicConfig(level=logging.WARNING)
     config = CollectionConfig(
-        teacher=teacher, mode=mode, split=split, limit=limit, seeds=tuple(seed), max_steps=max_steps,
+        teacher=teacher, mode=mode, split=split, limit=limit, seeds=tuple(seed or [0]), max_steps=max_steps,
         meta_action_cost=meta_action_cost, workers=workers, concurrency=concurrency, engine=engine,
     )
     with Warehouse(db or default_db_path()) as warehouse, Progress(
@@ -95,6 +100,32 @@ def summary(db: DbOption = None) -> None:
         cursor = warehouse.con.execute("SELECT * FROM episode_summary ORDER BY ALL")
         print_table("episode_summary", [d[0] for d in cursor.description], cursor.fetchall())
 
+
+@app.command()
+def init(db: DbOption = None) -> None:
+    """Prepare a machine: the warehouse schema, and with $DAGSTER_HOME set, dagster.yaml and teacher partitions."""
+    with Warehouse(db or default_db_path()) as warehouse:
+        versions = warehouse.con.execute("SELECT max(version) FROM schema_version").fetchone()[0]
+    console.print(f"warehouse {warehouse.path}: schema version {versions}")
+    home = os.environ.get("DAGSTER_HOME")
+    if not home:
+        console.print("DAGSTER_HOME is not set: skipped the Dagster instance (set it to use the dagster CLI).")
+        return
+    from dagster import DagsterInstance
+
+    from evoharness.teachers.registry import TeacherRegistry
+    from pipelines.partitions import register_teachers
+
+    config = Path(home) / "dagster.yaml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    if not config.exists():
+        config.write_text("telemetry:\n  enabled: false\n")
+    with DagsterInstance.get() as instance:
+        added = register_teachers(instance, tuple(TeacherRegistry.load().names()))
+    console.print(f"Dagster instance {home}: teacher partitions added: {', '.join(added) or 'none (all present)'}")
+
+
+register_data_commands(app)
 
 if __name__ == "__main__":
     app()

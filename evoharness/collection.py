@@ -2,13 +2,16 @@
 
 Shared by the CLI and the Dagster ``teacher_episodes`` asset. Episodes already finished in the warehouse
 are skipped (the episode key covers teacher, game, seed, prompt sha, mode and budget), so reruns resume.
+The teacher comes from the registry (``teachers.yaml``): its prompt template, its concurrency bound, and
+its entry, mirrored into the warehouse ``teachers`` table.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from evoharness.agents.records import EpisodeRecord, EpisodeSpec
@@ -16,9 +19,12 @@ from evoharness.agents.runner import RunSettings, run_episodes
 from evoharness.envs.alfworld import GameCatalog
 from evoharness.envs.pool import EnvPool
 from evoharness.harness.budget import StepBudget
-from evoharness.harness.prompts import Mode, load_prompt_set
+from evoharness.harness.prompts import Mode, PromptSet, load_prompt_set
 from evoharness.lineage import code_version
+from evoharness.teachers.base import Policy
+from evoharness.teachers.clients.base import aclose_client
 from evoharness.teachers.factory import build_policy
+from evoharness.teachers.registry import TeacherRegistry, upsert_warehouse
 from warehouse import Warehouse
 
 
@@ -34,9 +40,10 @@ class CollectionConfig:
     max_steps: int = 70
     meta_action_cost: int = 1
     workers: int = 2
-    concurrency: int = 8
+    concurrency: int | None = None  # episodes in flight; None: the teacher's max_concurrency, which also caps it
     engine: str | None = None
     data_root: str | None = None
+    teachers_file: str | None = None  # the registry; None: $EVOHARNESS_TEACHERS or ./teachers.yaml
 
 
 @dataclass
@@ -48,6 +55,7 @@ class CollectionResult:
     won: int
     seconds: float
     records: list[EpisodeRecord] = field(default_factory=list)
+    concurrency: int | None = None  # episodes that were allowed in flight
 
     @property
     def episodes_per_second(self) -> float | None:
@@ -55,9 +63,17 @@ class CollectionResult:
         return ran / self.seconds if ran and self.seconds > 0 else None
 
 
+def prompt_id_for(config: CollectionConfig, registry: TeacherRegistry | None = None) -> str:
+    """The teacher's prompt template for ``config.mode`` (``alfworld/<mode>`` for unregistered names)."""
+    registry = registry or TeacherRegistry.load(config.teachers_file)
+    if config.teacher in registry:
+        return registry.get(config.teacher).prompt_id(config.mode)
+    return f"alfworld/{config.mode.value}"
+
+
 def plan_episodes(config: CollectionConfig) -> list[EpisodeSpec]:
     catalog = GameCatalog(config.data_root)
-    prompt_set = load_prompt_set(f"alfworld/{config.mode.value}")
+    prompt_set = load_prompt_set(prompt_id_for(config))
     return [
         EpisodeSpec(
             teacher=config.teacher, game=game, mode=config.mode, seed=seed, max_steps=config.max_steps,
@@ -68,6 +84,17 @@ def plan_episodes(config: CollectionConfig) -> list[EpisodeSpec]:
     ]
 
 
+async def _run_and_close(
+    todo: list[EpisodeSpec], policy: Policy, pool: EnvPool, prompt_set: PromptSet, settings: RunSettings,
+    write: Callable[[EpisodeRecord], Awaitable[None]],
+) -> list[EpisodeRecord]:
+    """Run the episodes, then close the policy's connections on the same event loop."""
+    try:
+        return await run_episodes(todo, policy, pool, prompt_set, settings, on_episode=write)
+    finally:
+        await aclose_client(policy)
+
+
 def collect(
     config: CollectionConfig,
     warehouse: Warehouse,
@@ -75,21 +102,35 @@ def collect(
     on_progress: Callable[[int, int, EpisodeRecord], None] | None = None,
 ) -> CollectionResult:
     """Run the episodes of ``config`` not yet finished in ``warehouse``; write each as it completes."""
+    registry = TeacherRegistry.load(config.teachers_file)
+    teacher = registry.get(config.teacher)
+    policy = build_policy(config.teacher, config.mode, registry)  # fails fast on a missing key
     specs = plan_episodes(config)
+    upsert_warehouse(warehouse, [teacher])
     warehouse.upsert_games(spec.game.as_row() for spec in {s.game.game_id: s for s in specs}.values())
     done = warehouse.finished_episode_ids(config.teacher)
+    warehouse.release()  # hold the file only while writing, so other processes can use it meanwhile
     todo = [spec for spec in specs if spec.episode_id not in done]
-    policy = build_policy(config.teacher, config.mode)
-    prompt_set = load_prompt_set(f"alfworld/{config.mode.value}")
+    prompt_set = load_prompt_set(prompt_id_for(config, registry))
+    concurrency = teacher.max_concurrency if config.concurrency is None else min(
+        config.concurrency, teacher.max_concurrency)
     settings = RunSettings(
         budget=StepBudget(max_steps=config.max_steps, meta_action_cost=config.meta_action_cost),
-        concurrency=config.concurrency,
+        concurrency=concurrency,
     )
     version = code_version()
     counts = {"written": 0, "finished": 0}
+    # One writer thread: episodes are stored in order of completion, and a write never blocks the event
+    # loop that keeps the other episodes' calls in flight.
+    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="warehouse-writer")
 
-    def write(record: EpisodeRecord) -> None:
-        counts["written"] += warehouse.write_episode(record, run_id=run_id, code_version=version)
+    def store(record: EpisodeRecord) -> bool:
+        with warehouse.briefly():
+            return warehouse.write_episode(record, run_id=run_id, code_version=version)
+
+    async def write(record: EpisodeRecord) -> None:
+        stored = await asyncio.get_running_loop().run_in_executor(writer, store, record)
+        counts["written"] += stored
         counts["finished"] += 1
         if on_progress is not None:
             on_progress(counts["finished"], len(todo), record)
@@ -98,8 +139,8 @@ def collect(
     records: list[EpisodeRecord] = []
     if todo:
         workers = min(config.workers, len(todo))
-        with EnvPool(workers=workers, engine=config.engine, expert=policy.needs_expert) as pool:
-            records = asyncio.run(run_episodes(todo, policy, pool, prompt_set, settings, on_episode=write))
+        with writer, EnvPool(workers=workers, engine=config.engine, expert=policy.needs_expert) as pool:
+            records = asyncio.run(_run_and_close(todo, policy, pool, prompt_set, settings, write))
     return CollectionResult(
         planned=len(specs),
         skipped=len(specs) - len(todo),
@@ -108,4 +149,5 @@ def collect(
         won=sum(r.won for r in records),
         seconds=time.perf_counter() - started,
         records=records,
+        concurrency=concurrency,
     )

@@ -6,7 +6,9 @@ DuckDB allows one writing process at a time; every write in the project goes thr
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -39,18 +41,59 @@ def migration_files() -> list[Path]:
 
 
 class Warehouse:
-    """A DuckDB warehouse file with the project schema applied."""
+    """A DuckDB warehouse file with the project schema applied.
 
-    def __init__(self, path: str | os.PathLike | None = None, read_only: bool = False) -> None:
+    DuckDB lets one process write a file at a time, so long-running work (a collection, a consolidation)
+    calls :meth:`release` between writes and reconnects on the next use; :meth:`briefly` does both around
+    a block. Connecting waits up to ``lock_wait_s`` while another process holds the file.
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None, read_only: bool = False,
+                 lock_wait_s: float = 120.0) -> None:
         self.path = Path(path) if path is not None else default_db_path()
+        self.read_only = read_only
+        self.lock_wait_s = lock_wait_s
+        self._con: duckdb.DuckDBPyConnection | None = None
         if not read_only:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.con = duckdb.connect(str(self.path), read_only=read_only)
-        if not read_only:
             self.migrate()
+        else:
+            self._connect()
+
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        """The open connection (reconnecting after :meth:`release`)."""
+        return self._con if self._con is not None else self._connect()
+
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        deadline = time.monotonic() + self.lock_wait_s
+        delay = 0.05
+        while True:
+            try:
+                self._con = duckdb.connect(str(self.path), read_only=self.read_only)
+                return self._con
+            except duckdb.IOException as exc:
+                if "lock" not in str(exc).lower() or time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def release(self) -> None:
+        """Close the connection so that other processes can use the file; the next use reconnects."""
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+    @contextmanager
+    def briefly(self) -> Iterator[Warehouse]:
+        """Hold the file only for the block."""
+        try:
+            yield self
+        finally:
+            self.release()
 
     def close(self) -> None:
-        self.con.close()
+        self.release()
 
     def __enter__(self) -> Warehouse:
         return self
@@ -84,13 +127,14 @@ class Warehouse:
 
     @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        self.con.execute("BEGIN TRANSACTION")
+        con = self.con
+        con.execute("BEGIN TRANSACTION")
         try:
-            yield self.con
+            yield con
         except BaseException:
-            self.con.execute("ROLLBACK")
+            con.execute("ROLLBACK")
             raise
-        self.con.execute("COMMIT")
+        con.execute("COMMIT")
 
     def query(self, name: str, **params: Any) -> tuple[list[str], list[tuple]]:
         """Run a named query file with ``$name`` parameters; returns (column names, rows)."""
@@ -98,20 +142,26 @@ class Warehouse:
         return [d[0] for d in cursor.description], cursor.fetchall()
 
     # -- writes ---------------------------------------------------------------------------------------
-    def _insert(self, table: str, rows: Sequence[dict[str, Any]]) -> None:
+    def insert(self, table: str, rows: Sequence[dict[str, Any]], skip_existing: bool = False,
+               json_columns: Iterable[str] = ()) -> None:
+        """Bulk insert through Arrow, matching columns by name; ``json_columns`` are serialised to JSON."""
         if not rows:
             return
-        batch = pa.Table.from_pylist(list(rows))
-        self.con.register("_batch", batch)
+        as_json = set(json_columns)
+        prepared = [{k: json.dumps(v) if k in as_json else v for k, v in row.items()} for row in rows]
+        batch = pa.Table.from_pylist(prepared)
+        con = self.con
+        con.register("_batch", batch)
         try:
-            self.con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _batch ON CONFLICT DO NOTHING")
+            conflict = " ON CONFLICT DO NOTHING" if skip_existing else ""
+            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _batch{conflict}")
         finally:
-            self.con.unregister("_batch")
+            con.unregister("_batch")
 
     def upsert_games(self, rows: Iterable[dict[str, Any]]) -> int:
         """Insert catalog rows not yet present; returns how many the table now holds."""
         with self.transaction():
-            self._insert("games", list(rows))
+            self.insert("games", list(rows), skip_existing=True)
         return self.con.execute("SELECT count(*) FROM games").fetchone()[0]
 
     def finished_episode_ids(self, teacher: str) -> set[str]:
@@ -131,8 +181,8 @@ class Warehouse:
             if existing:
                 self.con.execute("DELETE FROM steps WHERE episode_id = ?", [episode_id])
                 self.con.execute("DELETE FROM episodes WHERE episode_id = ?", [episode_id])
-            self._insert("episodes", [episode_row(record, run_id, code_version)])
-            self._insert("steps", [{"episode_id": episode_id, **asdict(step)} for step in record.steps])
+            self.insert("episodes", [episode_row(record, run_id, code_version)])
+            self.insert("steps", [{"episode_id": episode_id, **asdict(step)} for step in record.steps])
         return True
 
 

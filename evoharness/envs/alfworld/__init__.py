@@ -9,7 +9,7 @@ from evoharness.envs.base import Environment
 
 EngineName = Literal["textworld", "fast"]
 ENGINES: tuple[str, ...] = ("textworld", "fast")
-DEFAULT_ENGINE: EngineName = "textworld"
+DEFAULT_ENGINE: EngineName = "fast"
 
 
 def make_env(game: GameRecord, engine: str = DEFAULT_ENGINE, expert: bool = False) -> Environment:

@@ -201,7 +201,7 @@ def run_game(game: GameRecord, seeds: Sequence[int] = (0, 1, 2), walk_steps: int
                 return command
 
             pair.episode("expert", seeds[0], follow)
-    except Exception as exc:  # reported per game, so one broken game does not stop the run
+    except Exception as exc:  # noqa: BLE001 - reported per game, so one broken game does not stop the run
         report.error = f"{type(exc).__name__}: {exc}"
     finally:
         if pair is not None:
@@ -287,8 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     wall = time.perf_counter() - start
     if args.report:
         with open(args.report, "w") as handle:
-            for report in reports:
-                handle.write(json.dumps(asdict(report)) + "\n")
+            handle.writelines(json.dumps(asdict(report)) + "\n" for report in reports)
     shown = 0
     for report in reports:
         if report.error:

@@ -9,6 +9,7 @@ from pathlib import Path
 from evoharness.envs.alfworld.catalog import AlfworldDataError, GameRecord, load_game_file
 from evoharness.envs.alfworld.facts import FLAG_PREDICATES
 from evoharness.envs.alfworld.fast_engine import rules
+from evoharness.envs.alfworld.fast_engine.goal import predicates as goal_predicates
 from evoharness.envs.alfworld.fast_engine.pddl import check_supported
 from evoharness.envs.alfworld.fast_engine.world import State, World
 from evoharness.envs.alfworld.textworld_engine import objective_from_intro
@@ -46,6 +47,8 @@ class FastAlfworldEnv:
         self._admissible: tuple[str, ...] = ()
         self._objective = ""
         self._expert = None
+        self._won = False
+        self._goal_predicates = goal_predicates(self.world.goal)
 
     # --- protocol ------------------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> StepResult:
@@ -53,7 +56,7 @@ class FastAlfworldEnv:
         feedback = rules.intro_text(self._state)
         self._objective = objective_from_intro(feedback)
         self._refresh()
-        won = self._state.won()
+        won = self._won = self._state.won()
         plan = None
         if self.expert:
             from evoharness.envs.alfworld.fast_engine.expert import FastExpert
@@ -68,9 +71,14 @@ class FastAlfworldEnv:
             raise RuntimeError("step() before reset()")
         valid = command in self._actions
         action = self._actions.get(command.strip())
-        feedback = rules.NOTHING_HAPPENS if action is None else rules.apply(state, action)
+        if action is None:
+            feedback = rules.NOTHING_HAPPENS
+        else:
+            feedback = rules.apply(state, action)
+            if rules.TOUCHES[action[0]] & self._goal_predicates:
+                self._won = state.won()
         self._refresh()
-        won = state.won()
+        won = self._won
         plan = None
         if self.expert and self._expert is not None:
             plan = self._expert.next(command, feedback, self._admissible, won, self)

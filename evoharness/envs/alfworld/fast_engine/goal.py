@@ -27,13 +27,13 @@ def _is_ground(formula: Formula, binding: Binding) -> bool:
 
 def _pick(formulas: list[Formula], binding: Binding) -> int:
     """Which conjunct to expand next: flatten ``and``s, then atoms (they bind), then ground tests."""
+    for i, f in enumerate(formulas):
+        if _is_ground(f, binding):
+            return i
     for kinds in (("and",), ("atom",)):
         for i, f in enumerate(formulas):
             if f[0] in kinds:
                 return i
-    for i, f in enumerate(formulas):
-        if _is_ground(f, binding):
-            return i
     for i, f in enumerate(formulas):
         if f[0] == "exists":
             return i
@@ -61,6 +61,10 @@ def _solve(formulas: list[Formula], binding: Binding, lookup: Lookup) -> Iterato
             yield from _solve(rest, merged, lookup)
     elif kind == "atom":
         terms = formula[2]
+        if _is_ground(formula, binding):  # a membership test, no scan
+            if tuple(_value(t, binding) for t in terms) in lookup(formula[1]):
+                yield from _solve(rest, binding, lookup)
+            return
         for fact in lookup(formula[1]):
             if len(fact) != len(terms):
                 continue
@@ -99,3 +103,15 @@ def _solve(formulas: list[Formula], binding: Binding, lookup: Lookup) -> Iterato
 def holds(goal: Formula, lookup: Lookup) -> bool:
     """Whether the closed formula ``goal`` is true for the facts ``lookup`` returns per predicate."""
     return any(True for _ in _solve([goal], {}, lookup))
+
+
+def predicates(formula: Formula) -> frozenset[str]:
+    """Every predicate a formula mentions."""
+    if formula[0] == "atom":
+        return frozenset({formula[1]})
+    found: set[str] = set()
+    for part in formula[1:]:
+        if isinstance(part, tuple) and part and isinstance(part[0], str) and part[0] in (
+                "and", "or", "not", "exists", "atom", "="):
+            found |= predicates(part)
+    return frozenset(found)

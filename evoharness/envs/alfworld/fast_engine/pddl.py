@@ -10,7 +10,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 from evoharness.envs.alfworld.catalog import AlfworldDataError
 
@@ -49,7 +49,7 @@ def task_sentence(grammar: str) -> str:
 
 # --- goal formulas -------------------------------------------------------------------------------------
 
-Formula = Union[tuple, list]
+Formula = tuple
 
 
 @dataclass

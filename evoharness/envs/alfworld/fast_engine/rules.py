@@ -183,6 +183,26 @@ def inventory_text(state: State) -> str:
     return "You are not carrying anything."
 
 
+#: The predicates each action kind may change (the goal is re-tested only when one of them is in it).
+TOUCHES: dict[str, frozenset[str]] = {
+    "goto": frozenset({"atlocation"}),
+    "take": frozenset({"inreceptacle", "objectatlocation", "holds", "holdsany"}),
+    "put": frozenset({"inreceptacle", "objectatlocation", "holds", "holdsany"}),
+    "open": frozenset({"opened", "checked"}),
+    "close": frozenset({"opened"}),
+    "look": frozenset({"checked"}),
+    "examine_r": frozenset({"checked"}),
+    "examine_o": frozenset({"checked"}),
+    "inventory": frozenset({"checked"}),
+    "help": frozenset({"checked"}),
+    "use": frozenset({"istoggled", "ison"}),
+    "clean": frozenset({"isclean"}),
+    "heat": frozenset({"ishot", "iscool"}),
+    "cool": frozenset({"iscool", "ishot"}),
+    "slice": frozenset({"issliced"}),
+}
+
+
 # --- effects --------------------------------------------------------------------------------------------
 
 def apply(state: State, action: Action) -> str:

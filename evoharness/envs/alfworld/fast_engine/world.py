@@ -57,7 +57,7 @@ class World:
     goto_commands: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
 
     @classmethod
-    def from_game(cls, data: dict) -> "World":
+    def from_game(cls, data: dict) -> World:
         """Build the world from a parsed ``game.tw-pddl`` (call :func:`pddl.check_supported` first)."""
         problem: Problem = parse_problem(data["pddl_problem"])
         static: dict[str, set[tuple[str, ...]]] = defaultdict(set)
@@ -115,8 +115,19 @@ class World:
 class State:
     """The dynamic facts of one game; the static ones live in :class:`World`."""
 
-    __slots__ = ("world", "agent_at", "inrec", "by_recep", "objloc", "by_loc", "opened", "holds",
-                 "flags", "negated", "checked")
+    __slots__ = (
+        "agent_at",
+        "by_loc",
+        "by_recep",
+        "checked",
+        "flags",
+        "holds",
+        "inrec",
+        "negated",
+        "objloc",
+        "opened",
+        "world",
+    )
 
     def __init__(self, world: World) -> None:
         self.world = world

@@ -1,0 +1,116 @@
+"""``evoharness consolidate | audit | curate``: the data side of the pipeline on the command line."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from evoharness.consolidation.audit import AUDIT_VIEWS, quality_gate, read_view
+from evoharness.consolidation.config import ConsolidationConfig, LLMSettings, QualityThresholds
+from evoharness.consolidation.pipeline import consolidate
+from evoharness.curation.build import curate
+from evoharness.curation.config import CurationConfig
+from evoharness.lineage import new_run_id
+from warehouse import Warehouse, default_db_path
+
+console = Console()
+DbOption = Annotated[Path | None, typer.Option("--db", help="DuckDB file (default: $EVOHARNESS_DB).")]
+
+
+def _table(title: str, columns: list[str], rows: list[tuple]) -> None:
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*("NULL" if v is None else str(v) for v in row))
+    console.print(table)
+
+
+def consolidate_command(
+    teacher: Annotated[str, typer.Option(help="Teacher whose stored episodes to consolidate.")] = "expert",
+    consolidator: Annotated[str, typer.Option(help="rule (offline default) or llm.")] = "rule",
+    split: Annotated[list[str] | None, typer.Option(help="Source splits (repeatable). [default: train]")] = None,
+    limit: Annotated[int | None, typer.Option(help="At most N source episodes.")] = None,
+    engine: Annotated[str | None, typer.Option(help="Replay engine: textworld or fast.")] = None,
+    workers: Annotated[int, typer.Option(help="Replay worker processes.")] = 2,
+    concurrency: Annotated[int, typer.Option(help="Episodes in flight.")] = 4,
+    batch_size: Annotated[int, typer.Option(help="Episodes per bank batch.")] = 25,
+    reconsolidate: Annotated[bool, typer.Option(help="Redo episodes already consolidated.")] = False,
+    llm_teacher: Annotated[str, typer.Option(help="LLM consolidator: registered teacher whose model annotates.")
+                           ] = "consolidator",
+    db: DbOption = None,
+) -> None:
+    """Replay stored episodes, annotate them with meta-actions, audit them, and evolve the skill bank."""
+    from evoharness.consolidation.llm import build_llm_consolidator
+    from evoharness.consolidation.rules import RuleConsolidator
+
+    logging.basicConfig(level=logging.WARNING)
+    settings = LLMSettings(teacher=llm_teacher)
+    config = ConsolidationConfig(
+        teacher=teacher, consolidator=consolidator, splits=tuple(split or ['train']), limit=limit, engine=engine,  # type: ignore[arg-type]
+        workers=workers, concurrency=concurrency, batch_size=batch_size, reconsolidate=reconsolidate, llm=settings,
+    )
+    worker = RuleConsolidator() if consolidator == "rule" else build_llm_consolidator(settings)
+    path = db or default_db_path()
+    result = consolidate(config, path, worker, new_run_id(),
+                         on_progress=lambda d, t, o: o.failure and console.print(f"[yellow]{o.episode.episode_id}: {o.failure}"))
+    console.print(f"{result.consolidation_run_id}: planned {result.planned}, consolidated {result.consolidated}, "
+                  f"failed {result.failed}, bank versions {result.bank_versions or 'unchanged'} "
+                  f"in {result.seconds:.1f}s")
+    with Warehouse(path, read_only=False) as wh:
+        _table("audit_quality", *read_view(wh, "audit_quality"))
+
+
+def audit_command(
+    view: Annotated[list[str] | None, typer.Option(help=f"Views to print (default: all of {', '.join(AUDIT_VIEWS)}).")] = None,
+    teacher: Annotated[str | None, typer.Option(help="Also judge this teacher against the thresholds.")] = None,
+    consolidator: Annotated[str, typer.Option(help="Consolidator to judge.")] = "rule",
+    db: DbOption = None,
+) -> None:
+    """Print the audit views (Belief accuracy, Progress validity, parse validity, coverage, cost, bank)."""
+    with Warehouse(db or default_db_path()) as wh:
+        for name in view or AUDIT_VIEWS:
+            _table(name, *read_view(wh, name))
+        if teacher:
+            gate = quality_gate(wh, teacher, consolidator, QualityThresholds())
+            console.print(f"quality gate {teacher}/{consolidator}: {'PASS' if gate.passed else 'FAIL'} "
+                          f"{json.dumps(gate.metrics)} {'; '.join(gate.failures)}")
+            if not gate.passed:
+                raise typer.Exit(1)
+
+
+def curate_command(
+    teacher: Annotated[str, typer.Option(help="Teacher partition.")] = "expert",
+    consolidator: Annotated[str, typer.Option(help="Whose examples.")] = "rule",
+    name: Annotated[str, typer.Option(help="Dataset name.")] = "sft",
+    max_tokens: Annotated[int, typer.Option(help="Token limit per example.")] = 4096,
+    tokenizer: Annotated[str | None, typer.Option(help="HF tokenizer path (default: bytes/4 estimate).")] = None,
+    output_dir: Annotated[str | None, typer.Option(help="Where datasets are saved.")] = None,
+    force: Annotated[bool, typer.Option(help="Curate even when the quality gate fails.")] = False,
+    db: DbOption = None,
+) -> None:
+    """Build a curated Hugging Face SFT dataset from consolidated examples (train games only)."""
+    config = CurationConfig(name=name, teacher=teacher, consolidator=consolidator, max_tokens=max_tokens,
+                            tokenizer=tokenizer, output_dir=output_dir)
+    with Warehouse(db or default_db_path()) as wh:
+        gate = quality_gate(wh, teacher, consolidator, QualityThresholds())
+        if not gate.passed and not force:
+            console.print(f"[red]quality gate failed: {'; '.join(gate.failures)}")
+            raise typer.Exit(1)
+        result = curate(wh, config, new_run_id())
+    console.print(f"{result.dataset_id} at {result.path}{' (unchanged, reused)' if result.reused else ''}: "
+                  f"train {result.n_train}, validation {result.n_validation}, bank v{result.bank_version}")
+    console.print(json.dumps({"composition": result.composition, "dropped": result.dropped}, indent=1))
+
+
+def register(app: typer.Typer) -> None:
+    """Add the data commands to the main ``evoharness`` app."""
+    app.command("consolidate")(consolidate_command)
+    app.command("audit")(audit_command)
+    app.command("curate")(curate_command)

@@ -1,0 +1,121 @@
+"""``evoharness teacher add|list|costs``: the teacher registry from the command line.
+
+``add`` writes ``teachers.yaml`` (``$EVOHARNESS_TEACHERS``), upserts the warehouse ``teachers`` table and,
+when ``$DAGSTER_HOME`` is set, adds the teacher's Dagster partition (the sensor then requests its run).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from evoharness.harness.prompts import Mode
+from evoharness.teachers.registry import (
+    Provider,
+    TeacherRegistry,
+    TeacherSpec,
+    registry_path,
+    upsert_warehouse,
+)
+from evoharness.teachers.retry import RetryConfig
+from warehouse import Warehouse, default_db_path
+
+teacher_app = typer.Typer(help="Register and inspect teachers (teachers.yaml + warehouse + Dagster).",
+                          no_args_is_help=True)
+console = Console()
+RegistryOption = Annotated[Path | None, typer.Option("--registry", help="Registry file (default: $EVOHARNESS_TEACHERS "
+                                                        "or teachers.yaml).")]
+DbOption = Annotated[Path | None, typer.Option("--db", help="DuckDB file (default: $EVOHARNESS_DB).")]
+
+
+def validation_message(exc: ValidationError) -> str:
+    """Field and rule of each error, never the offending value (it might be a pasted key)."""
+    return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'entry'}: {err['msg']}" for err in exc.errors())
+
+
+def register_dagster_partition(name: str) -> str:
+    """Add ``name`` to the Dagster instance's teacher partitions when ``$DAGSTER_HOME`` is set."""
+    if not os.environ.get("DAGSTER_HOME"):
+        return "Dagster partition: skipped ($DAGSTER_HOME not set; the sensor adds it when Dagster runs)"
+    from dagster import DagsterInstance
+
+    from pipelines.partitions import register_teachers
+
+    with DagsterInstance.get() as instance:
+        added = register_teachers(instance, (name,))
+    return f"Dagster partition {name!r}: {'added' if added else 'already present'}"
+
+
+@teacher_app.command("add")
+def add(
+    name: Annotated[str, typer.Argument(help="Registry name (lower case; also the Dagster partition key).")],
+    provider: Annotated[Provider, typer.Option(help="Who serves the model.")],
+    model: Annotated[str | None, typer.Option(help="Model id (local_hf: a local model folder).")] = None,
+    base_url: Annotated[str | None, typer.Option(help="API endpoint (required for openai_compatible).")] = None,
+    api_key_env: Annotated[str | None, typer.Option(help="NAME of the env var that holds the key.")] = None,
+    price_in: Annotated[float | None, typer.Option(help="USD per million input tokens.")] = None,
+    price_out: Annotated[float | None, typer.Option(help="USD per million output tokens.")] = None,
+    max_concurrency: Annotated[int, typer.Option(help="Episodes (calls) in flight at most.")] = 8,
+    temperature: Annotated[float | None, typer.Option(help="Sampling temperature (default: provider's).")] = None,
+    max_tokens: Annotated[int, typer.Option(help="Completion tokens per turn.")] = 512,
+    mode: Annotated[Mode, typer.Option(help="Default interface: bpe or react.")] = Mode.BPE,
+    prompt_template: Annotated[str, typer.Option(help="Prompt set id; {mode} is filled in.")] = "alfworld/{mode}",
+    max_attempts: Annotated[int, typer.Option(help="Attempts per call before the episode fails.")] = 6,
+    timeout: Annotated[float, typer.Option(help="Seconds per HTTP request.")] = 60.0,
+    registry: RegistryOption = None,
+    db: DbOption = None,
+) -> None:
+    """Register (or update) a teacher: teachers.yaml, the warehouse teachers table, the Dagster partition."""
+    try:
+        spec = TeacherSpec(
+            name=name, provider=provider, model=model, base_url=base_url, api_key_env=api_key_env,
+            price_in=price_in, price_out=price_out, max_concurrency=max_concurrency, temperature=temperature,
+            max_tokens=max_tokens, mode=mode, prompt_template=prompt_template,
+            retry=RetryConfig(max_attempts=max_attempts, timeout_s=timeout),
+        )
+    except ValidationError as exc:
+        raise typer.BadParameter(validation_message(exc)) from None
+    if spec.provider is Provider.EXPERT:
+        raise typer.BadParameter("the expert teacher is built in; register model teachers only")
+    reg = TeacherRegistry.load(registry)
+    changed = reg.add(spec)
+    path = reg.save(registry or registry_path())
+    with Warehouse(db or default_db_path()) as warehouse:
+        upsert_warehouse(warehouse, reg)
+    console.print(f"{'registered' if changed else 'unchanged'} {name!r} in {path} (sha {spec.sha256[:12]})")
+    console.print(f"warehouse: teachers table updated in {db or default_db_path()}")
+    console.print(register_dagster_partition(name))
+    if spec.api_key_env and not os.environ.get(spec.api_key_env):
+        console.print(f"[yellow]note: ${spec.api_key_env} is not set in this shell; collection will need it.")
+
+
+@teacher_app.command("list")
+def list_teachers(registry: RegistryOption = None) -> None:
+    """The registered teachers, one per line (key variable names only)."""
+    reg = TeacherRegistry.load(registry)
+    console.print(f"# {reg.path}", soft_wrap=True)
+    for spec in reg:
+        price = "-" if spec.price_in is None else f"${spec.price_in:g}/${spec.price_out:g} per Mtok"
+        fields = [spec.name, spec.provider.value, spec.model or "-", spec.base_url or "-",
+                  f"${spec.api_key_env}" if spec.api_key_env else "-", price,
+                  f"concurrency {spec.max_concurrency}", spec.mode.value]
+        console.print("  ".join(fields), soft_wrap=True, markup=False, highlight=False)
+
+
+@teacher_app.command("costs")
+def costs(db: DbOption = None) -> None:
+    """Success, steps, harness calls, tokens and cost per successful episode, per teacher and mode."""
+    with Warehouse(db or default_db_path()) as warehouse:
+        columns, rows = warehouse.query("teacher_costs")
+    table = Table(title="teacher_costs")  # wide: use a wide terminal, or query the view in DuckDB
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*("" if value is None else str(value) for value in row))
+    console.print(table)

@@ -1,0 +1,1 @@
+"""Consolidation: raw teacher logs → BPE-annotated per-turn examples, audited against the engine; bank evolution."""

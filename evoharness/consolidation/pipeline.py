@@ -1,0 +1,211 @@
+"""Asynchronous consolidation of one teacher's stored episodes, in batches, with bounded concurrency.
+
+Per batch: replay every episode on the engine and ask the consolidator for an annotation (at most
+``concurrency`` episodes in flight), build the examples with the batch's frozen bank, write each episode
+in its own short transaction, then induce the next bank version from the batch's train episodes.
+The warehouse is opened only around reads and writes, so other processes can write in between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from evoharness.consolidation import bank as banks
+from evoharness.consolidation.config import ConsolidationConfig
+from evoharness.consolidation.evolution import EpisodeEvidence, evolve
+from evoharness.consolidation.examples import EpisodeExamples, build_examples
+from evoharness.consolidation.plan import Annotation, Consolidator, TaskInfo
+from evoharness.consolidation.replay import ReplayError, replay_episode
+from evoharness.consolidation.source import SourceEpisode, load_source_episodes
+from evoharness.consolidation.store import consolidated_ids, insert_rows, replace_episode_rows
+from evoharness.envs.alfworld.catalog import GameCatalog
+from evoharness.envs.pool import EnvPool, EnvWorkerError
+from evoharness.harness.budget import StepBudget
+from evoharness.harness.experience import ExperienceBankData
+from evoharness.harness.prompts import load_prompt_set
+from evoharness.lineage import code_version
+from warehouse import Warehouse
+
+
+@dataclass
+class EpisodeOutcome:
+    episode: SourceEpisode
+    annotation: Annotation
+    built: EpisodeExamples | None
+    failure: str | None
+    n_env_steps: int = 0
+    action_sig: str | None = None
+    objective: str = ""
+
+
+@dataclass
+class ConsolidationResult:
+    consolidation_run_id: str
+    planned: int
+    consolidated: int
+    failed: int
+    bank_versions: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cost_usd: float | None = None
+
+
+def _sum(values: list[Any]) -> Any:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+async def _consolidate_one(
+    episode: SourceEpisode, consolidator: Consolidator, pool: EnvPool, catalog: GameCatalog,
+    bank: ExperienceBankData, config: ConsolidationConfig, run_id: str,
+) -> EpisodeOutcome:
+    try:
+        replay = await replay_episode(episode, pool, catalog)
+    except (ReplayError, EnvWorkerError, KeyError) as exc:
+        return EpisodeOutcome(episode, Annotation(attempts=0), None, f"replay: {str(exc).splitlines()[0]}")
+    commands = [s.command for s in replay.steps]
+    signature = hashlib.sha256("\n".join([episode.game_id, *commands]).encode()).hexdigest()[:32]
+    annotation = await consolidator.annotate(episode, replay)
+    if annotation.failure is not None:
+        return EpisodeOutcome(episode, annotation, None, annotation.failure, len(commands), signature,
+                              replay.first.objective)
+    keys = {"episode_id": episode.episode_id, "consolidator": consolidator.name}
+    built = build_examples(
+        annotation.turns, replay, bank, load_prompt_set("alfworld/bpe"),
+        StepBudget(max_steps=max(episode.max_steps, len(annotation.turns))), keys,
+    )
+    for row in built.examples:
+        row |= {"bank_id": bank.bank_id, "bank_version": bank.version, "consolidation_run_id": run_id}
+    return EpisodeOutcome(episode, annotation, built, None, len(commands), signature, replay.first.objective)
+
+
+def _episode_row(outcome: EpisodeOutcome, consolidator: str, run_id: str, bank: ExperienceBankData,
+                 engine: str) -> dict[str, Any]:
+    ep, built = outcome.episode, outcome.built
+    return {
+        "episode_id": ep.episode_id, "consolidator": consolidator, "consolidation_run_id": run_id,
+        "teacher": ep.teacher, "source_mode": ep.mode, "game_id": ep.game_id, "split": ep.split,
+        "task_type": ep.task_type, "won": ep.won, "status": "failed" if outcome.failure else "ok",
+        "failure_reason": outcome.failure, "attempts": outcome.annotation.attempts,
+        "n_source_turns": len(ep.steps), "n_env_steps": outcome.n_env_steps,
+        "n_examples": len(built.examples) if built else 0,
+        "n_meta": sum(r["kind"] != "env" for r in built.examples) if built else 0,
+        "action_sig": outcome.action_sig, "input_tokens": outcome.annotation.input_tokens,
+        "output_tokens": outcome.annotation.output_tokens, "cost_usd": outcome.annotation.cost_usd,
+        "bank_id": bank.bank_id, "bank_version": bank.version, "engine": engine,
+        "created_at": datetime.now(UTC), "code_version": code_version(),
+    }
+
+
+def consolidate(
+    config: ConsolidationConfig, db_path: str | Path, consolidator: Consolidator, run_id: str,
+    on_progress: Callable[[int, int, EpisodeOutcome], None] | None = None,
+) -> ConsolidationResult:
+    """Consolidate ``config.teacher``'s episodes not yet done by ``consolidator``; resumable and idempotent."""
+    from evoharness.envs.alfworld import DEFAULT_ENGINE
+
+    engine = config.engine or DEFAULT_ENGINE
+    crun = f"{run_id}:{consolidator.name}:{uuid.uuid4().hex[:8]}"
+    started = time.perf_counter()
+    with Warehouse(db_path) as wh:
+        banks.ensure_seed(wh)
+        bank = banks.load_bank(wh, config.bank_id, config.bank_version)
+        done = set() if config.reconsolidate else consolidated_ids(wh, config.teacher, consolidator.name)
+        episodes = load_source_episodes(wh, config.teacher, config.splits, config.modes, done, config.limit)
+        contributed = banks.contributed_episodes(wh, config.bank_id)
+        with wh.transaction():
+            insert_rows(wh, "consolidation_runs", [{
+                "consolidation_run_id": crun, "teacher": config.teacher, "consolidator": consolidator.name,
+                "model": getattr(consolidator, "model", None), "prompt_id": getattr(consolidator, "prompt_id", None),
+                "prompt_sha": getattr(consolidator, "prompt_sha", None), "engine": engine,
+                "bank_id": bank.bank_id, "bank_version": bank.version, "n_episodes": len(episodes),
+                "started_at": datetime.now(UTC), "code_version": code_version(), "run_id": run_id,
+            }])
+    result = ConsolidationResult(crun, planned=len(episodes), consolidated=0, failed=0)
+    outcomes: list[EpisodeOutcome] = []
+    if episodes:
+        outcomes = asyncio.run(_run_batches(config, db_path, consolidator, crun, engine, bank, episodes,
+                                            contributed, result, on_progress))
+    result.seconds = time.perf_counter() - started
+    result.input_tokens = _sum([o.annotation.input_tokens for o in outcomes])
+    result.output_tokens = _sum([o.annotation.output_tokens for o in outcomes])
+    result.cost_usd = _sum([o.annotation.cost_usd for o in outcomes])
+    with Warehouse(db_path) as wh, wh.transaction():
+        wh.con.execute(
+            "UPDATE consolidation_runs SET n_consolidated = ?, n_failed = ?, input_tokens = ?, output_tokens = ?,"
+            " cost_usd = ?, finished_at = ?, new_bank_version = ? WHERE consolidation_run_id = ?",
+            [result.consolidated, result.failed, result.input_tokens, result.output_tokens, result.cost_usd,
+             datetime.now(UTC), result.bank_versions[-1] if result.bank_versions else None, crun],
+        )
+    return result
+
+
+async def _run_batches(
+    config: ConsolidationConfig, db_path: str | Path, consolidator: Consolidator, crun: str, engine: str,
+    bank: ExperienceBankData, episodes: list[SourceEpisode], contributed: set[str], result: ConsolidationResult,
+    on_progress: Callable[[int, int, EpisodeOutcome], None] | None,
+) -> list[EpisodeOutcome]:
+    catalog = GameCatalog(config.data_root)
+    gate = asyncio.Semaphore(config.concurrency)
+    everything: list[EpisodeOutcome] = []
+    workers = min(config.workers, len(episodes))
+    with EnvPool(workers=workers, engine=engine, expert=False) as pool:
+        for start in range(0, len(episodes), config.batch_size):
+            batch = episodes[start:start + config.batch_size]
+
+            async def one(ep: SourceEpisode, frozen: ExperienceBankData = bank) -> EpisodeOutcome:
+                async with gate:
+                    return await _consolidate_one(ep, consolidator, pool, catalog, frozen, config, crun)
+
+            outcomes = await asyncio.gather(*(one(ep) for ep in batch))
+            with Warehouse(db_path) as wh:
+                for outcome in outcomes:
+                    built = outcome.built
+                    replace_episode_rows(
+                        wh, consolidator.name, _episode_row(outcome, consolidator.name, crun, bank, engine),
+                        built.examples if built else [], built.belief_rows if built else [],
+                        built.progress_rows if built else [],
+                    )
+                    result.failed += outcome.failure is not None
+                    result.consolidated += outcome.failure is None
+                    everything.append(outcome)
+                    if on_progress is not None:
+                        on_progress(len(everything), len(episodes), outcome)
+                if config.evolve_bank:
+                    bank = _evolve(wh, bank, outcomes, contributed, consolidator.name, crun, result)
+    return everything
+
+
+def _evolve(wh: Any, bank: ExperienceBankData, outcomes: list[EpisodeOutcome], contributed: set[str],
+            consolidator: str, crun: str, result: ConsolidationResult) -> ExperienceBankData:
+    """Induce the next version from the batch's train episodes not yet induced; returns the bank to use next."""
+    evidence = [
+        EpisodeEvidence(o.episode.episode_id, o.episode.task_type, o.episode.won,
+                        TaskInfo.parse(o.objective).target,
+                        o.built.digest, list(o.annotation.lessons) + o.episode.source_notes)
+        for o in outcomes
+        if o.built is not None and o.episode.split == "train" and o.episode.episode_id not in contributed
+    ]
+    if not evidence:
+        return bank
+    usage: dict[str, int] = {}
+    for item in evidence:
+        for entry_id, used in item.digest.usage.items():
+            usage[entry_id] = usage.get(entry_id, 0) + used
+    new, edits = evolve(bank, evidence, usage)
+    if not [e for e in edits if e.op != "SKIP"] and not usage:
+        return bank
+    sources = [item.episode_id for item in evidence]
+    banks.write_version(wh, new, bank, edits, sources, consolidator, crun)
+    contributed.update(sources)
+    result.bank_versions.append(new.version)
+    return new

@@ -1,0 +1,1 @@
+"""Curation: consolidated examples → filtered, deduplicated, balanced Hugging Face SFT datasets."""

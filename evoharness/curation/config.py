@@ -1,0 +1,25 @@
+"""Configuration of a curated SFT dataset."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class CurationConfig(BaseModel):
+    """What goes into a dataset and how it is split."""
+
+    name: str = "sft"
+    teacher: str = "expert"
+    consolidator: str = "rule"
+    require_success: bool = True
+    min_belief_precision: float = 0.99
+    min_belief_recall: float = 0.99
+    min_progress_validity: float = 0.99
+    min_parse_validity: float = 1.0
+    near_duplicate_jaccard: float = Field(default=0.9, description="Command-bigram Jaccard at or above: duplicate.")
+    balance_factor: float = Field(default=1.5, description="Cap per task type: factor × the rarest type's count.")
+    max_per_task_type: int | None = Field(default=None, description="Explicit cap (overrides balance_factor).")
+    max_tokens: int = Field(default=4096, description="Examples longer than this (prompt + target) are dropped.")
+    tokenizer: str | None = Field(default=None, description="HF tokenizer path; None: bytes/4 estimate.")
+    validation_fraction: float = Field(default=0.1, ge=0, lt=1, description="Share of games held out, by game.")
+    output_dir: str | None = Field(default=None, description="None: <warehouse folder>/datasets.")

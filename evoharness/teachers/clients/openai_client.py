@@ -1,0 +1,67 @@
+"""OpenAI Chat Completions through ``openai.AsyncOpenAI``; also any OpenAI-compatible server (``base_url``)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import openai
+
+from evoharness.teachers.clients.base import Completion, TransientError
+from evoharness.teachers.clients.redact import Redactor
+from evoharness.teachers.clients.sdk import PerLoop, sdk_errors, translate
+
+PLACEHOLDER_KEY = "not-needed"  # OpenAI-compatible servers without auth still need a non-empty key in the SDK
+
+
+class OpenAIChatClient:
+    """``token_param`` is ``max_completion_tokens`` (api.openai.com) or ``max_tokens`` (most compatible servers)."""
+
+    def __init__(
+        self,
+        model: str,
+        api_key: str | None,
+        base_url: str | None = None,
+        timeout_s: float = 60.0,
+        token_param: str = "max_completion_tokens",
+        provider: str = "openai",
+    ) -> None:
+        self.model, self.token_param, self.provider = model, token_param, provider
+        self._redact = Redactor([api_key])
+        self._sdk = PerLoop(
+            lambda: openai.AsyncOpenAI(
+                api_key=api_key or PLACEHOLDER_KEY, base_url=base_url, timeout=timeout_s, max_retries=0
+            )
+        )
+
+    async def aclose(self) -> None:
+        await self._sdk.aclose()
+
+    async def complete(
+        self, messages: list[dict[str, str]], *, max_tokens: int, temperature: float | None
+    ) -> Completion:
+        kwargs: dict[str, Any] = {"model": self.model, "messages": messages, self.token_param: max_tokens}
+        if temperature is not None:
+            kwargs["temperature"] = temperature
+        started = time.perf_counter()
+        try:
+            response = await self._sdk.get().chat.completions.create(**kwargs)
+        except sdk_errors(openai) as exc:
+            raise translate(exc, openai, self._redact, self.provider) from None  # the SDK error holds headers
+        latency_ms = (time.perf_counter() - started) * 1000
+        choices = getattr(response, "choices", None)
+        if not choices or getattr(choices[0], "message", None) is None:
+            raise TransientError(f"{self.provider} malformed response (no choices)")
+        choice = choices[0]
+        message = choice.message
+        refusal = getattr(message, "refusal", None)
+        usage = getattr(response, "usage", None)
+        stop = "refusal" if refusal is not None else choice.finish_reason
+        return Completion(
+            text=refusal or message.content or "",
+            input_tokens=getattr(usage, "prompt_tokens", None),
+            output_tokens=getattr(usage, "completion_tokens", None),
+            latency_ms=latency_ms,
+            model=getattr(response, "model", None) or self.model,
+            stop_reason=stop,
+        )

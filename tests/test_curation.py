@@ -1,0 +1,135 @@
+"""Curation: filters, dedup, balance, split by game, HF dataset on disk, eval games never admitted; Dagster gating."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dagster as dg
+import datasets
+import pytest
+
+from evoharness.collection import CollectionConfig, collect
+from evoharness.consolidation.config import ConsolidationConfig
+from evoharness.consolidation.pipeline import consolidate
+from evoharness.consolidation.rules import RuleConsolidator
+from evoharness.curation.build import curate, split_games
+from evoharness.curation.config import CurationConfig
+from evoharness.curation.guard import EvalLeakError, assert_train_only
+from evoharness.harness.prompts import Mode
+from tests.test_consolidation import make_episodes
+from warehouse import Warehouse
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory, alfworld_data: Path) -> Path:
+    path = tmp_path_factory.mktemp("curation") / "w.duckdb"
+    make_episodes(path, games=12)
+    with Warehouse(path) as wh:  # evaluation games in the same warehouse, consolidated too
+        collect(CollectionConfig(mode=Mode.BPE, split="valid_seen", limit=3, workers=0, engine="fast"), wh, "t")
+    consolidate(ConsolidationConfig(engine="fast", workers=0, splits=("train", "valid_seen")), path,
+                RuleConsolidator(), "t")
+    return path
+
+
+def test_dataset_on_disk(db: Path, tmp_path: Path) -> None:
+    with Warehouse(db) as wh:
+        result = curate(wh, CurationConfig(output_dir=str(tmp_path)), "run")
+        row = wh.con.execute("SELECT n_train, n_validation, composition, bank_version, source_episodes FROM datasets"
+                             ).fetchone()
+        leaks = wh.con.execute("SELECT count(*) FROM curation_leaks").fetchone()[0]
+        games = dict(wh.con.execute("SELECT game_id, split FROM games").fetchall())
+    loaded = datasets.load_from_disk(result.path)
+    assert set(loaded) == {"train", "validation"}
+    assert (len(loaded["train"]), len(loaded["validation"])) == (row[0], row[1]) == (result.n_train, result.n_validation)
+    assert loaded["train"][0]["messages"][0]["role"] == "system"
+    assert [m["role"] for m in loaded["train"][0]["messages"]] == ["system", "user", "assistant"]
+    train_games, valid_games = set(loaded["train"]["game_id"]), set(loaded["validation"]["game_id"])
+    assert train_games and valid_games and not train_games & valid_games  # split by game, never by step
+    assert all(games[g] == "train" for g in train_games | valid_games) and leaks == 0
+    assert result.dropped["not a train-split game"] == 3
+    assert result.dropped["exact duplicate"] >= 10  # the bpe and react logs of a game replay identically
+    with Warehouse(db) as wh:
+        won = wh.con.execute("SELECT bool_and(won) FROM episodes WHERE list_contains(?, episode_id)",
+                             [json.loads(row[4])]).fetchone()[0]
+    assert won
+    composition = json.loads(row[2])
+    assert set(composition["task_type"]) == {"pick_and_place_simple", "look_at_obj_in_light",
+                                             "pick_clean_then_place_in_recep", "pick_heat_then_place_in_recep",
+                                             "pick_cool_then_place_in_recep", "pick_two_obj_and_place"}
+    assert max(composition["episodes_by_task_type"].values()) <= 2 * min(composition["episodes_by_task_type"].values())
+    assert row[3] >= 1 and len(json.loads(row[4])) == sum(composition["episodes_by_task_type"].values())
+    with Warehouse(db) as wh:
+        again = curate(wh, CurationConfig(output_dir=str(tmp_path)), "run2")
+    assert again.reused and again.dataset_id == result.dataset_id
+
+
+def test_token_limit_drops_long_examples(db: Path, tmp_path: Path) -> None:
+    with Warehouse(db) as wh:
+        result = curate(wh, CurationConfig(name="short", max_tokens=900, output_dir=str(tmp_path)), "run")
+    assert result.dropped["examples over max_tokens"] > 0
+    lengths = [len("".join(m["content"] for m in ex["messages"]).encode()) / 4
+               for ex in datasets.load_from_disk(result.path)["train"]]
+    assert max(lengths) <= 900 + 3
+
+
+def test_guard_refuses_eval_games() -> None:
+    with pytest.raises(EvalLeakError):
+        assert_train_only([("train/a/b", "train"), ("valid_seen/x/y", "valid_seen")])
+    with pytest.raises(EvalLeakError):
+        assert_train_only([("valid_unseen/x/y", "train")])  # a mislabelled split is caught by the id too
+    assert_train_only([("train/a/b", "train")])
+    split = split_games({f"train/g{i}/t" for i in range(40)}, 0.1)
+    assert 0 < list(split.values()).count("validation") < 40
+
+
+def _materialize(db: Path, tmp: Path, consolidation: dict, server_url: str | None = None) -> dg.ExecuteInProcessResult:
+    import assets.consolidation as ac
+    import assets.curation as cu
+    from pipelines.partitions import register_teachers
+    from pipelines.resources import AlfworldResource, WarehouseResource
+
+    instance = dg.DagsterInstance.ephemeral()
+    register_teachers(instance)
+    return dg.materialize(
+        [ac.bpe_examples, ac.bpe_examples_quality, cu.sft_dataset, cu.sft_dataset_no_eval_games],
+        instance=instance, partition_key="expert", raise_on_error=False,
+        resources={"warehouse": WarehouseResource(path=str(db)), "alfworld": AlfworldResource()},
+        run_config={"ops": {"bpe_examples": {"config": consolidation},
+                            "sft_dataset": {"config": {"output_dir": str(tmp), "consolidator":
+                                                       consolidation.get("consolidator", "rule")}}}},
+    )
+
+
+def test_dagster_rule_path_materializes_a_clean_dataset(tmp_path: Path, alfworld_data: Path) -> None:
+    db = tmp_path / "w.duckdb"
+    make_episodes(db, games=6)
+    result = _materialize(db, tmp_path, {"engine": "fast", "workers": 0})
+    assert result.success
+    checks = {e.asset_check_key.name: e.passed for e in result.get_asset_check_evaluations()}
+    assert checks == {"bpe_examples_quality": True, "sft_dataset_no_eval_games": True}
+    path = next(m for m in result.get_asset_materialization_events()
+                if m.asset_key.to_user_string() == "sft_dataset").materialization.metadata["path"].value
+    assert len(datasets.load_from_disk(path)["train"]) > 0
+
+
+def test_dagster_blocking_check_stops_curation(tmp_path: Path, alfworld_data: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from evoharness.testing.loopback import LoopbackServer, Reply
+    from evoharness.testing.teachers import loopback_teacher, write_registry
+
+    db = tmp_path / "w.duckdb"
+    make_episodes(db, games=3)
+    wrong = {"insertions": [{"before_step": 0, "kind": "commit", "argument": "put nothing in nowhere",
+                             "think": "t"}], "lessons": []}
+    with LoopbackServer(lambda call: Reply(text=json.dumps(wrong))) as server:
+        registry = write_registry(tmp_path / "teachers.yaml",
+                                  loopback_teacher("consolidator", "openai_compatible", server, api_key_env=None))
+        monkeypatch.setenv("EVOHARNESS_TEACHERS", str(registry))
+        result = _materialize(db, tmp_path, {"engine": "fast", "workers": 0, "consolidator": "llm"})
+    checks = {e.asset_check_key.name: e.passed for e in result.get_asset_check_evaluations()}
+    materialized = {m.asset_key.to_user_string() for m in result.get_asset_materialization_events()}
+    assert checks.get("bpe_examples_quality") is False
+    assert materialized == {"bpe_examples"}  # sft_dataset never ran
+    with Warehouse(db) as wh:
+        assert wh.con.execute("SELECT count(*) FROM datasets").fetchone()[0] == 0

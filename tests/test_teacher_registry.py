@@ -1,0 +1,150 @@
+"""Registry: typed entries, teachers.yaml round trip, the CLI (yaml + warehouse + Dagster partition),
+build_policy by name, and the sensor that turns a new teacher into a collection run request."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+from pydantic import ValidationError
+from typer.testing import CliRunner
+
+from evoharness.cli import app
+from evoharness.harness.prompts import Mode
+from evoharness.teachers.expert import ExpertTeacher
+from evoharness.teachers.factory import build_policy
+from evoharness.teachers.llm import LLMTeacher
+from evoharness.teachers.registry import EXPERT, Provider, TeacherRegistry, TeacherSpec
+from pipelines.partitions import TEACHER_PARTITIONS_NAME
+from warehouse import Warehouse
+
+
+def spec(**overrides: object) -> TeacherSpec:
+    fields: dict[str, object] = {"name": "claude", "provider": "anthropic", "model": "claude-x",
+                                 "api_key_env": "ANTHROPIC_API_KEY", "price_in": 3.0, "price_out": 15.0}
+    return TeacherSpec(**(fields | overrides))  # type: ignore[arg-type]
+
+
+def test_spec_validation() -> None:
+    assert spec().cost_usd(1_000_000, 100_000) == pytest.approx(3.0 + 1.5)
+    assert spec(price_in=None).cost_usd(10, 10) is None
+    with pytest.raises(ValidationError, match="api-key-env"):
+        spec(api_key_env=None)
+    with pytest.raises(ValidationError, match="base-url"):
+        spec(provider="openai_compatible", base_url=None)
+    with pytest.raises(ValidationError, match="pattern"):
+        spec(api_key_env="sk-ant-api03-PASTED-KEY")  # a key where a variable name belongs
+    with pytest.raises(ValidationError):
+        spec(name="Bad Name")
+    with pytest.raises(ValidationError):
+        spec(max_concurrency=0)
+    assert spec(mode="react").prompt_id(Mode.REACT) == "alfworld/react"
+
+
+def test_yaml_round_trip_keeps_expert(tmp_path: Path) -> None:
+    path = tmp_path / "teachers.yaml"
+    registry = TeacherRegistry([], path)
+    assert registry.add(spec())
+    assert not registry.add(spec())  # unchanged
+    registry.save()
+    loaded = TeacherRegistry.load(path)
+    assert loaded.names() == ["expert", "claude"]
+    assert loaded.get("claude") == spec()
+    assert loaded.get("expert") == EXPERT
+    raw = yaml.safe_load(path.read_text())
+    assert raw["version"] == 1 and raw["teachers"][1]["api_key_env"] == "ANTHROPIC_API_KEY"
+    with pytest.raises(KeyError, match="registered: expert, claude"):
+        loaded.get("nope")
+
+
+def test_repository_registry_has_expert() -> None:
+    registry = TeacherRegistry.load(Path(__file__).resolve().parents[1] / "teachers.yaml")
+    assert registry.get("expert").provider is Provider.EXPERT
+
+
+def test_build_policy_resolves_registry_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    registry = TeacherRegistry([spec(), spec(name="local", provider="local_hf", model="/models/tiny", api_key_env=None)])
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-123456")
+    claude = build_policy("claude", Mode.REACT, registry)
+    assert isinstance(claude, LLMTeacher) and claude.name == "claude" and claude.mode is Mode.REACT
+    assert not claude.needs_expert
+    assert isinstance(build_policy("local", Mode.BPE, registry), LLMTeacher)
+    assert isinstance(build_policy("expert", Mode.BPE, registry), ExpertTeacher)
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    with pytest.raises(ValueError, match=r"\$ANTHROPIC_API_KEY, which is not set"):
+        build_policy("claude", Mode.BPE, registry)
+
+
+@pytest.fixture
+def dagster_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    return home
+
+
+def test_cli_add_writes_yaml_warehouse_and_dagster_partition(tmp_path: Path, dagster_home: Path) -> None:
+    registry, db = tmp_path / "teachers.yaml", tmp_path / "wh.duckdb"
+    runner = CliRunner()
+    result = runner.invoke(app, [
+        "teacher", "add", "gpt-test", "--provider", "openai", "--model", "gpt-x", "--api-key-env", "OPENAI_API_KEY",
+        "--price-in", "1.25", "--price-out", "10", "--max-concurrency", "16", "--mode", "react",
+        "--registry", str(registry), "--db", str(db),
+    ])
+    assert result.exit_code == 0, result.output
+    assert "Dagster partition 'gpt-test': added" in result.output
+    loaded = TeacherRegistry.load(registry).get("gpt-test")
+    assert (loaded.provider, loaded.model, loaded.max_concurrency, loaded.mode) == (
+        Provider.OPENAI, "gpt-x", 16, Mode.REACT)
+    with Warehouse(db) as wh:
+        rows = wh.con.execute("SELECT name, provider, api_key_env, price_in, price_out, max_concurrency "
+                              "FROM teachers ORDER BY name").fetchall()
+    assert rows == [("expert", "expert", None, None, None, 64),
+                    ("gpt-test", "openai", "OPENAI_API_KEY", 1.25, 10.0, 16)]
+    with dg.DagsterInstance.get() as instance:
+        assert "gpt-test" in instance.get_dynamic_partitions(TEACHER_PARTITIONS_NAME)
+    listed = runner.invoke(app, ["teacher", "list", "--registry", str(registry)])
+    assert listed.exit_code == 0 and "gpt-test" in listed.output and "OPENAI_API_KEY" in listed.output
+
+
+def test_cli_rejects_a_pasted_key_without_echoing_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    pasted = "sk-ant-api03-DoNotEchoMe0123456789"
+    result = CliRunner().invoke(app, [
+        "teacher", "add", "leaky", "--provider", "anthropic", "--model", "m", "--api-key-env", pasted,
+        "--registry", str(tmp_path / "t.yaml"), "--db", str(tmp_path / "wh.duckdb"),
+    ])
+    assert result.exit_code != 0
+    assert "api_key_env" in result.output
+    assert "DoNotEchoMe" not in result.output
+    assert not (tmp_path / "t.yaml").exists()
+
+
+def test_sensor_requests_runs_for_new_teachers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipelines.definitions import defs
+    from pipelines.sensors import new_teacher_sensor
+
+    path = tmp_path / "teachers.yaml"
+    registry = TeacherRegistry([spec(max_concurrency=12, mode="react")], path)
+    registry.save()
+    monkeypatch.setenv("EVOHARNESS_TEACHERS", str(path))
+    with dg.instance_for_test() as instance:
+        result = new_teacher_sensor(dg.build_sensor_context(instance=instance, definitions=defs))
+        assert {r.partition_key for r in result.run_requests} == {"expert", "claude"}
+        claude = next(r for r in result.run_requests if r.partition_key == "claude")
+        assert claude.run_config["ops"]["teacher_episodes"]["config"] == {"mode": "react", "concurrency": 12}
+        (added,) = result.dynamic_partitions_requests
+        assert set(added.partition_keys) == {"expert", "claude"}
+
+        instance.add_dynamic_partitions(TEACHER_PARTITIONS_NAME, ["expert", "claude"])
+        instance.report_runless_asset_event(dg.AssetMaterialization(asset_key="teacher_episodes", partition="expert"))
+        again = new_teacher_sensor(dg.build_sensor_context(instance=instance, definitions=defs))
+        assert [r.partition_key for r in again.run_requests] == ["claude"]
+        assert not again.dynamic_partitions_requests
+
+        instance.report_runless_asset_event(dg.AssetMaterialization(asset_key="teacher_episodes", partition="claude"))
+        idle = new_teacher_sensor(dg.build_sensor_context(instance=instance, definitions=defs))
+        assert not idle.run_requests
