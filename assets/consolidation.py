@@ -6,6 +6,7 @@ warehouse opened only around short reads and writes. The blocking check gates ev
 
 
 
+
 import dagster as dg
 from pydantic import Field
 
@@ -29,7 +30,7 @@ class ConsolidationRunConfig(dg.Config):
     splits: list[str] = Field(default=["train"], description="Source splits.")
     limit: int | None = Field(default=None, description="At most N source episodes.")
     engine: str | None = Field(default=None, description="Replay engine (None: library default).")
-    workers: int = Field(default=2, description="Replay worker processes.")
+    workers: int | None = Field(default=None, description="Replay worker processes (None: by engine).")
     concurrency: int = Field(default=4, description="Episodes in flight.")
     batch_size: int = Field(default=25, description="Episodes per bank batch.")
     reconsolidate: bool = Field(default=False, description="Redo episodes already consolidated.")

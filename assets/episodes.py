@@ -1,7 +1,6 @@
 """``teacher_episodes``: a teacher's episodes on ALFWorld games, one partition per teacher."""
 
 
-from typing import Optional
 
 import dagster as dg
 from pydantic import Field
@@ -18,14 +17,14 @@ class CollectionRunConfig(dg.Config):
     """Run config of a collection: which games, how, and how much in parallel."""
 
     split: str = Field(default="valid_seen", description=f"One of {', '.join(SPLITS)}.")
-    limit: Optional[int] = Field(default=12, description="First N games of the split (None: all).")
+    limit: int | None = Field(default=12, description="First N games of the split (None: all).")
     mode: str = Field(default="bpe", description="bpe or react.")
     seeds: list[int] = Field(default=[0], description="One episode per game and seed.")
     max_steps: int = Field(default=70, description="Step budget per episode.")
     meta_action_cost: int = Field(default=1, description="Steps one meta-action costs.")
-    workers: int = Field(default=2, description="Environment worker processes.")
+    workers: int | None = Field(default=None, description="Environment worker processes (None: by engine).")
     concurrency: int = Field(default=8, description="Episodes in flight.")
-    engine: Optional[str] = Field(default=None, description="textworld or fast (None: library default).")
+    engine: str | None = Field(default=None, description="textworld or fast (None: library default).")
 
 
 @dg.asset(

@@ -1,8 +1,9 @@
 """Expert collection throughput: episodes per second with 1 and 2 environment workers, per engine.
 
 Runs the same expert collection (bpe mode, the first N valid_seen games) into a fresh temporary warehouse
-for each (engine, workers) pair, prints episodes/s side by side with the 2-worker / 1-worker ratio, and
-writes ``benchmarks/results/collection_throughput.json``.
+for each (engine, workers) pair — plus in-process stepping (0 workers) for the fast engine — prints
+episodes/s side by side with the 2-worker / 1-worker ratio, and writes
+``benchmarks/results/collection_throughput.json``.
 
     python benchmarks/collection_throughput.py [--games 12] [--engines textworld fast]
 """
@@ -20,8 +21,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("ALFWORLD_DATA", str(REPO.parent / "shared" / "alfworld"))
 
-from evoharness.collection import CollectionConfig, collect  # noqa: E402
-from warehouse import Warehouse  # noqa: E402
+from evoharness.collection import CollectionConfig, collect
+from warehouse import Warehouse
 
 
 def measure(engine: str, workers: int, games: int) -> dict:
@@ -38,7 +39,8 @@ def main() -> None:
     parser.add_argument("--games", type=int, default=12)
     parser.add_argument("--engines", nargs="+", default=["textworld", "fast"])
     args = parser.parse_args()
-    rows = [measure(engine, workers, args.games) for engine in args.engines for workers in (1, 2)]
+    rows = [measure(engine, workers, args.games) for engine in args.engines
+            for workers in ((0, 1, 2) if engine == "fast" else (1, 2))]
     print(f"{'engine':<10} {'workers':>7} {'episodes':>8} {'won':>4} {'seconds':>8} {'episodes/s':>10}")
     for row in rows:
         print(f"{row['engine']:<10} {row['workers']:>7} {row['episodes']:>8} {row['won']:>4} "
@@ -51,8 +53,12 @@ def main() -> None:
     if "textworld" in ratios and "fast" in ratios:
         fast2 = next(r for r in rows if r["engine"] == "fast" and r["workers"] == 2)
         real2 = next(r for r in rows if r["engine"] == "textworld" and r["workers"] == 2)
+        fast0 = next(r for r in rows if r["engine"] == "fast" and r["workers"] == 0)
         ratios["fast_vs_textworld_2_workers"] = round(fast2["episodes_per_second"] / real2["episodes_per_second"], 1)
-        print(f"fast / textworld (2 workers) = {ratios['fast_vs_textworld_2_workers']}x")
+        ratios["fast_in_process_vs_textworld_2_workers"] = round(
+            fast0["episodes_per_second"] / real2["episodes_per_second"], 1)
+        print(f"fast / textworld (2 workers each) = {ratios['fast_vs_textworld_2_workers']}x; "
+              f"fast in-process / textworld 2 workers = {ratios['fast_in_process_vs_textworld_2_workers']}x")
     out = REPO / "benchmarks" / "results" / "collection_throughput.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"machine": platform.platform(), "cpus": os.cpu_count(), "games": args.games,

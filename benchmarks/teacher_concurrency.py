@@ -23,6 +23,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("ALFWORLD_DATA", str(Path(__file__).resolve().parents[1].parent / "shared" / "alfworld"))
+
 import openai  # noqa: F401 - imported before timing, so neither run pays for it
 
 from evoharness.collection import CollectionConfig, CollectionResult, collect
@@ -85,7 +88,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--engine", default="fast", help="fast (default) or textworld.")
     parser.add_argument("--max-steps", type=int, default=30)
-    parser.add_argument("--workers", type=int, default=2, help="Environment worker processes.")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="Environment worker processes (default: by engine; in-process for fast).")
     parser.add_argument("--split", default="valid_seen")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()

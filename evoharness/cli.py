@@ -59,7 +59,8 @@ def collect_command(
                     ] = None,
     max_steps: Annotated[int, typer.Option(help="Step budget per episode.")] = 70,
     meta_action_cost: Annotated[int, typer.Option(help="Steps a meta-action costs.")] = 1,
-    workers: Annotated[int, typer.Option(help="Environment worker processes.")] = 2,
+    workers: Annotated[int | None, typer.Option(help="Environment worker processes [default: 0 for the fast "
+                                                       "engine, 2 for textworld].")] = None,
     concurrency: Annotated[int, typer.Option(help="Episodes in flight.")] = 8,
     engine: Annotated[str | None, typer.Option(help="textworld or fast (default: the library default).")] = None,
     db: DbOption = None,

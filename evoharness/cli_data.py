@@ -38,7 +38,7 @@ def consolidate_command(
     split: Annotated[list[str] | None, typer.Option(help="Source splits (repeatable). [default: train]")] = None,
     limit: Annotated[int | None, typer.Option(help="At most N source episodes.")] = None,
     engine: Annotated[str | None, typer.Option(help="Replay engine: textworld or fast.")] = None,
-    workers: Annotated[int, typer.Option(help="Replay worker processes.")] = 2,
+    workers: Annotated[int | None, typer.Option(help="Replay worker processes [default: by engine].")] = None,
     concurrency: Annotated[int, typer.Option(help="Episodes in flight.")] = 4,
     batch_size: Annotated[int, typer.Option(help="Episodes per bank batch.")] = 25,
     reconsolidate: Annotated[bool, typer.Option(help="Redo episodes already consolidated.")] = False,

@@ -39,7 +39,7 @@ class CollectionConfig:
     seeds: tuple[int, ...] = (0,)
     max_steps: int = 70
     meta_action_cost: int = 1
-    workers: int = 2
+    workers: int | None = None  # environment worker processes; None: by engine (fast: in-process)
     concurrency: int | None = None  # episodes in flight; None: the teacher's max_concurrency, which also caps it
     engine: str | None = None
     data_root: str | None = None
@@ -138,7 +138,7 @@ def collect(
     started = time.perf_counter()
     records: list[EpisodeRecord] = []
     if todo:
-        workers = min(config.workers, len(todo))
+        workers = None if config.workers is None else min(config.workers, len(todo))
         with writer, EnvPool(workers=workers, engine=config.engine, expert=policy.needs_expert) as pool:
             records = asyncio.run(_run_and_close(todo, policy, pool, prompt_set, settings, write))
     return CollectionResult(

@@ -3,8 +3,8 @@
 import pytest
 
 from evoharness.envs.alfworld import make_env
-from evoharness.envs.alfworld.catalog import TASK_TYPES
 from evoharness.envs.alfworld.belief import AlfworldBelief, belief_accuracy, parse_items
+from evoharness.envs.alfworld.catalog import TASK_TYPES
 
 INTRO = (
     "-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. Looking quickly around you, you see "

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import duckdb
 import pyarrow as pa
@@ -95,7 +95,7 @@ class Warehouse:
     def close(self) -> None:
         self.release()
 
-    def __enter__(self) -> Warehouse:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -34,7 +34,7 @@ INVALID_FEEDBACK = "Invalid action ({reason}). Answer with <think>…</think><ac
 class RunSettings:
     """How episodes are played: budget, concurrency and the harness's Experience bank."""
 
-    budget: StepBudget = StepBudget()
+    budget: StepBudget = field(default_factory=StepBudget)
     concurrency: int = 8
     bank_path: Path = SEED_BANK
     history_length: int = 10

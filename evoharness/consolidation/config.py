@@ -25,7 +25,8 @@ class ConsolidationConfig(BaseModel):
     modes: tuple[str, ...] = ("bpe", "react")
     limit: int | None = Field(default=None, description="At most N source episodes (game order).")
     engine: str | None = Field(default=None, description="Replay engine (None: the library default).")
-    workers: int = Field(default=2, ge=0, description="Replay worker processes (0: in-process).")
+    workers: int | None = Field(default=None, ge=0, description="Replay worker processes (0: in-process; "
+                                "None: by engine, in-process for the fast one).")
     concurrency: int = Field(default=4, ge=1, description="Episodes in flight (replay + consolidator calls).")
     batch_size: int = Field(default=25, ge=1, description="Episodes per batch; the bank is frozen within one.")
     reconsolidate: bool = Field(default=False, description="Redo episodes this consolidator already did.")

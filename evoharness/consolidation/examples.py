@@ -68,7 +68,7 @@ def build_examples(
     workspace = Workspace(mode=Mode.BPE, belief=belief, bank=bank, budget=budget, prompt_set=prompt_set)
     workspace.reset(replay.first)
     current, facts, observation = replay.first, replay.first_facts, replay.first.observation
-    steps_used = env_done = 0
+    env_done = 0
     examples: list[dict[str, Any]] = []
     belief_rows: list[dict[str, Any]] = []
     progress_rows: list[dict[str, Any]] = []
@@ -76,7 +76,7 @@ def build_examples(
     visited: set[str] = set()
     opened: set[str] = set()
     for turn_index, planned in enumerate(plan):
-        prompt = workspace.render(current, observation, steps_used)
+        prompt = workspace.render(current, observation, turn_index)  # every planned turn costs one step
         belief_json, progress_json = belief.snapshot(), workspace.progress.snapshot()
         row_keys = keys | {"turn": turn_index}
         belief_rows.extend(check.row(**row_keys) for check in belief_checks(belief, facts))
@@ -114,7 +114,6 @@ def build_examples(
         else:
             observation = INVALID_FEEDBACK.format(reason=parse_error)
         workspace.remember(planned.action_text if parse_error is None else "(invalid)")
-        steps_used += 1
         examples.append(row_keys | {
             "source_t": replay.steps[planned.env_index].source_t if planned.env_index is not None else None,
             "env_step": env_done - (planned.kind is ActionKind.ENV),

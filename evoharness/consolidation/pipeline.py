@@ -157,7 +157,7 @@ async def _run_batches(
     catalog = GameCatalog(config.data_root)
     gate = asyncio.Semaphore(config.concurrency)
     everything: list[EpisodeOutcome] = []
-    workers = min(config.workers, len(episodes))
+    workers = None if config.workers is None else min(config.workers, len(episodes))
     with EnvPool(workers=workers, engine=engine, expert=False) as pool:
         for start in range(0, len(episodes), config.batch_size):
             batch = episodes[start:start + config.batch_size]

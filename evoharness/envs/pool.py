@@ -3,7 +3,9 @@
 Loading an ALFWorld game is slow and resetting it is cheap, so each worker keeps up to ``cache_size``
 idle environments per game and resets one for the next episode. Every open episode owns its own
 ``random`` state inside the worker, so episodes that interleave on one worker stay reproducible.
-``workers=0`` runs environments in the calling process (for tests and debugging).
+``workers=0`` runs environments in the calling process: the right choice for the fast engine, whose steps
+take microseconds (processes would only add start-up and messaging); ``workers=None`` picks that for the
+fast engine and two processes for the real one.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import threading
 import traceback
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 from evoharness.envs.alfworld import GameRecord, make_env
 from evoharness.envs.base import Environment, StepResult, WorldFacts
@@ -83,17 +85,24 @@ def _worker_main(engine: str, expert: bool, cache_size: int, requests: Any, resp
         request_id, op, handle, payload = message
         try:
             responses.put((request_id, True, host.handle(op, handle, payload)))
-        except BaseException as exc:  # report every failure to the caller, with its traceback
+        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller, with its traceback
             responses.put((request_id, False, f"{exc!r}\n{traceback.format_exc()}"))
+
+
+def default_workers(engine: str) -> int:
+    """Worker processes worth having for ``engine``: none for the fast engine, two for the real one."""
+    return 0 if engine == "fast" else 2
 
 
 class EnvPool:
     """Async access to environments hosted in ``workers`` processes (least-loaded assignment)."""
 
-    def __init__(self, workers: int = 2, engine: str | None = None, expert: bool = False, cache_size: int = 8) -> None:
+    def __init__(self, workers: int | None = None, engine: str | None = None, expert: bool = False,
+                 cache_size: int = 8) -> None:
         from evoharness.envs.alfworld import DEFAULT_ENGINE
 
         self.engine = engine or DEFAULT_ENGINE
+        workers = default_workers(self.engine) if workers is None else workers
         self.workers = workers
         self._ids = itertools.count()
         self._local = _EnvHost(self.engine, expert, cache_size) if workers == 0 else None
@@ -182,7 +191,7 @@ class EnvPool:
             self._reader.join(timeout=10)
         self._procs.clear()
 
-    def __enter__(self) -> EnvPool:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,14 @@ class ExperienceBankData(BaseModel):
     entries: list[ExperienceEntry] = Field(default_factory=list)
 
 
+@cache
+def _load_bank_file(path: Path) -> ExperienceBankData:
+    return ExperienceBankData.model_validate(yaml.load(path.read_text(), Loader=_YAML_LOADER))
+
+
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 @dataclass
 class ExperienceBank:
     """The bank an episode recalls from, and the notes it buffers."""
@@ -69,8 +78,8 @@ class ExperienceBank:
 
     @classmethod
     def from_file(cls, path: str | Path, top_k: int = 3) -> ExperienceBank:
-        raw = yaml.safe_load(Path(path).read_text())
-        return cls(ExperienceBankData.model_validate(raw), top_k=top_k)
+        """A fresh bank (own usage counts) from a YAML file; the file is parsed once per process."""
+        return cls(_load_bank_file(Path(path).resolve()).model_copy(deep=True), top_k=top_k)
 
     @property
     def version_label(self) -> str:

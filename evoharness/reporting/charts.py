@@ -10,7 +10,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 
 def bar_chart_png(labels: Sequence[str], values: Sequence[float], title: str, ylabel: str,

@@ -25,4 +25,4 @@ def make_env(game: GameRecord, engine: str = DEFAULT_ENGINE, expert: bool = Fals
     raise ValueError(f"Unknown engine {engine!r}; expected one of {', '.join(ENGINES)}.")
 
 
-__all__ = ["ENGINES", "DEFAULT_ENGINE", "GameCatalog", "GameRecord", "make_env"]
+__all__ = ["DEFAULT_ENGINE", "ENGINES", "GameCatalog", "GameRecord", "make_env"]
