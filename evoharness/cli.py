@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
+from evoharness.cli_common import DbOption, console, print_table
 from evoharness.cli_data import register as register_data_commands
 from evoharness.cli_teachers import teacher_app
 from evoharness.collection import CollectionConfig, collect
@@ -22,19 +21,6 @@ from warehouse import Warehouse, default_db_path
 
 app = typer.Typer(help="EvoHarness-RL distillation pipeline: teachers → warehouse → student.", no_args_is_help=True)
 app.add_typer(teacher_app, name="teacher")
-console = Console()
-
-DbOption = Annotated[Path | None, typer.Option("--db", help="DuckDB file (default: $EVOHARNESS_DB).")]
-
-
-def print_table(title: str, columns: list[str], rows: list[tuple]) -> None:
-    table = Table(title=title)
-    for column in columns:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*("" if value is None else str(value) for value in row))
-    console.print(table)
-
 
 @app.command()
 def games(

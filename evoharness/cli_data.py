@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
+from evoharness.cli_common import DbOption, console, print_table
 from evoharness.consolidation.audit import AUDIT_VIEWS, quality_gate, read_view
 from evoharness.consolidation.config import ConsolidationConfig, LLMSettings, QualityThresholds
 from evoharness.consolidation.pipeline import consolidate
@@ -18,18 +16,6 @@ from evoharness.curation.build import curate
 from evoharness.curation.config import CurationConfig
 from evoharness.lineage import new_run_id
 from warehouse import Warehouse, default_db_path
-
-console = Console()
-DbOption = Annotated[Path | None, typer.Option("--db", help="DuckDB file (default: $EVOHARNESS_DB).")]
-
-
-def _table(title: str, columns: list[str], rows: list[tuple]) -> None:
-    table = Table(title=title)
-    for column in columns:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*("NULL" if v is None else str(v) for v in row))
-    console.print(table)
 
 
 def consolidate_command(
@@ -64,7 +50,7 @@ def consolidate_command(
                   f"failed {result.failed}, bank versions {result.bank_versions or 'unchanged'} "
                   f"in {result.seconds:.1f}s")
     with Warehouse(path, read_only=False) as wh:
-        _table("audit_quality", *read_view(wh, "audit_quality"))
+        print_table("audit_quality", *read_view(wh, "audit_quality"))
 
 
 def audit_command(
@@ -76,7 +62,7 @@ def audit_command(
     """Print the audit views (Belief accuracy, Progress validity, parse validity, coverage, cost, bank)."""
     with Warehouse(db or default_db_path()) as wh:
         for name in view or AUDIT_VIEWS:
-            _table(name, *read_view(wh, name))
+            print_table(name, *read_view(wh, name))
         if teacher:
             gate = quality_gate(wh, teacher, consolidator, QualityThresholds())
             console.print(f"quality gate {teacher}/{consolidator}: {'PASS' if gate.passed else 'FAIL'} "

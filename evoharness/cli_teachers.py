@@ -12,9 +12,8 @@ from typing import Annotated
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
-from rich.table import Table
 
+from evoharness.cli_common import DbOption, console, print_table
 from evoharness.harness.prompts import Mode
 from evoharness.teachers.registry import (
     Provider,
@@ -28,10 +27,8 @@ from warehouse import Warehouse, default_db_path
 
 teacher_app = typer.Typer(help="Register and inspect teachers (teachers.yaml + warehouse + Dagster).",
                           no_args_is_help=True)
-console = Console()
 RegistryOption = Annotated[Path | None, typer.Option("--registry", help="Registry file (default: $EVOHARNESS_TEACHERS "
                                                         "or teachers.yaml).")]
-DbOption = Annotated[Path | None, typer.Option("--db", help="DuckDB file (default: $EVOHARNESS_DB).")]
 
 
 def validation_message(exc: ValidationError) -> str:
@@ -113,9 +110,4 @@ def costs(db: DbOption = None) -> None:
     """Success, steps, harness calls, tokens and cost per successful episode, per teacher and mode."""
     with Warehouse(db or default_db_path()) as warehouse:
         columns, rows = warehouse.query("teacher_costs")
-    table = Table(title="teacher_costs")  # wide: use a wide terminal, or query the view in DuckDB
-    for column in columns:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*("" if value is None else str(value) for value in row))
-    console.print(table)
+    print_table("teacher_costs", columns, rows)  # wide: use a wide terminal, or query the view in DuckDB
