@@ -118,7 +118,7 @@ def test_diverging_replay_fails_the_episode(consolidated: Path) -> None:
      ("light apple 1 with desklamp 1", True, "light"), ("find the thing", False, "unrecognized")],
 )
 def test_subgoal_forms(subgoal: str, holds: bool, form: str) -> None:
-    facts = WorldFacts(located={"mug 2": "countertop 1"}, holding=frozenset({"apple 1"}),
+    facts = WorldFacts(located={"mug 2": frozenset({"countertop 1"})}, holding=frozenset({"apple 1"}),
                        flags={"apple 1": frozenset({"hot"}), "desklamp 1": frozenset({"on"})})
     check = check_subgoal(subgoal, facts)
     assert (check.holds, check.form) == (holds, form)

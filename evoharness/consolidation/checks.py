@@ -30,8 +30,9 @@ def belief_checks(belief: AlfworldBelief, facts: WorldFacts) -> list[BeliefCheck
     """Every claim Belief makes and every engine fact it could have observed, each marked right or wrong."""
     rows: list[BeliefCheck] = []
     for obj, receptacle in sorted(belief.located.items()):
-        actual = facts.located.get(obj)
-        rows.append(BeliefCheck("claim", "located", obj, receptacle, actual, actual == receptacle))
+        actual = facts.located.get(obj, frozenset())
+        rows.append(BeliefCheck("claim", "located", obj, receptacle, ",".join(sorted(actual)) or None,
+                                receptacle in actual))
     for obj in belief.holding:
         rows.append(BeliefCheck("claim", "holding", obj, "held", "held" if obj in facts.holding else None,
                                 obj in facts.holding))
@@ -46,10 +47,11 @@ def belief_checks(belief: AlfworldBelief, facts: WorldFacts) -> list[BeliefCheck
         for state in sorted(states):
             rows.append(BeliefCheck("claim", "flag", obj, state, ",".join(sorted(actual_flags)) or None,
                                     state in actual_flags))
-    for obj, receptacle in sorted(facts.located.items()):
-        if receptacle in belief.inspected:
+    for obj, receptacles in sorted(facts.located.items()):
+        if receptacles & belief.inspected:
             believed = belief.located.get(obj)
-            rows.append(BeliefCheck("observable", "located", obj, believed, receptacle, believed == receptacle))
+            rows.append(BeliefCheck("observable", "located", obj, believed, ",".join(sorted(receptacles)),
+                                    believed in receptacles))
     for obj in sorted(facts.holding):
         rows.append(BeliefCheck("observable", "holding", obj, "held" if obj in belief.holding else None, "held",
                                 obj in belief.holding))
@@ -59,7 +61,7 @@ def belief_checks(belief: AlfworldBelief, facts: WorldFacts) -> list[BeliefCheck
 def facts_json(facts: WorldFacts) -> dict[str, Any]:
     """The engine facts as JSON (sorted, for stable storage)."""
     return {
-        "located": dict(sorted(facts.located.items())),
+        "located": {obj: sorted(receptacles) for obj, receptacles in sorted(facts.located.items())},
         "holding": sorted(facts.holding),
         "opened": sorted(facts.opened),
         "flags": {obj: sorted(states) for obj, states in sorted(facts.flags.items())},

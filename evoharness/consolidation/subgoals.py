@@ -64,6 +64,6 @@ def check_subgoal(text: str, facts: WorldFacts) -> SubgoalCheck:
             held = [o for o in facts.holding if _matches(o, obj)]
             return SubgoalCheck(text, form, bool(lit and held), f"lamps on: {lit or 'none'}; holding {held or 'nothing'}")
         obj, place = match.groups()
-        where = [(o, r) for o, r in facts.located.items() if _matches(o, obj) and _matches(r, place)]
+        where = [(o, r) for o, rs in facts.located.items() for r in sorted(rs) if _matches(o, obj) and _matches(r, place)]
         return SubgoalCheck(text, form, bool(where), f"placed: {where or 'no'}")
     return SubgoalCheck(text, "unrecognized", False, "not one of the verifiable subgoal forms")

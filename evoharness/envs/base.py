@@ -29,12 +29,13 @@ class StepResult:
 class WorldFacts:
     """The engine's ground-truth state, in display names ("apple 1"), for audits of Belief and Progress.
 
-    ``located`` maps each object to the receptacle it is in or on; ``holding`` is what the agent carries;
+    ``located`` maps each object to every receptacle it is in or on (ALFWorld puts some objects in two at
+    once, e.g. a keychain in a safe that stands on a dresser); ``holding`` is what the agent carries;
     ``opened`` the open receptacles; ``flags`` maps object -> set of states (hot, cool, clean, sliced, on);
     ``agent_near`` the receptacles at the agent's location (empty in the middle of the room).
     """
 
-    located: dict[str, str] = field(default_factory=dict)
+    located: dict[str, frozenset[str]] = field(default_factory=dict)
     holding: frozenset[str] = frozenset()
     opened: frozenset[str] = frozenset()
     flags: dict[str, frozenset[str]] = field(default_factory=dict)

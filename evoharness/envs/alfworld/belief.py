@@ -212,7 +212,7 @@ def belief_accuracy(belief: AlfworldBelief, facts: WorldFacts) -> BeliefAccuracy
     claims = correct = 0
     for obj, receptacle in belief.located.items():
         claims += 1
-        correct += facts.located.get(obj) == receptacle
+        correct += receptacle in facts.located.get(obj, ())
     for obj in belief.holding:
         claims += 1
         correct += obj in facts.holding
@@ -227,10 +227,10 @@ def belief_accuracy(belief: AlfworldBelief, facts: WorldFacts) -> BeliefAccuracy
             claims += 1
             correct += state in facts.flags.get(obj, frozenset())
     observable = recalled = 0
-    for obj, receptacle in facts.located.items():
-        if receptacle in belief.inspected:
+    for obj, receptacles in facts.located.items():
+        if receptacles & belief.inspected:
             observable += 1
-            recalled += belief.located.get(obj) == receptacle
+            recalled += belief.located.get(obj) in receptacles
     for obj in facts.holding:
         observable += 1
         recalled += obj in belief.holding

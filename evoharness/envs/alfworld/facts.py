@@ -21,7 +21,7 @@ FLAG_PREDICATES: dict[str, str] = {
 
 def facts_from_propositions(propositions: Iterable[Any]) -> WorldFacts:
     """Build ground truth from textworld ``Proposition`` objects (``.name`` and ``.arguments[i].name``)."""
-    located: dict[str, str] = {}
+    located: dict[str, set[str]] = defaultdict(set)
     holding: set[str] = set()
     opened: set[str] = set()
     flags: dict[str, set[str]] = defaultdict(set)
@@ -31,7 +31,7 @@ def facts_from_propositions(propositions: Iterable[Any]) -> WorldFacts:
         name = prop.name.lower()
         args = [arg.name for arg in prop.arguments]
         if name == "inreceptacle":
-            located[args[0]] = args[1]
+            located[args[0]].add(args[1])
         elif name == "holds":
             holding.add(args[1])
         elif name == "opened":
@@ -44,7 +44,7 @@ def facts_from_propositions(propositions: Iterable[Any]) -> WorldFacts:
             agent_location = args[1]
     all_receptacles = frozenset(r for group in receptacles_at.values() for r in group)
     return WorldFacts(
-        located=located,
+        located={obj: frozenset(receptacles) for obj, receptacles in located.items()},
         holding=frozenset(holding),
         opened=frozenset(opened),
         flags={obj: frozenset(states) for obj, states in flags.items()},

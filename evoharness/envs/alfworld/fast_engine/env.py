@@ -89,9 +89,9 @@ class FastAlfworldEnv:
         if state is None:
             raise RuntimeError("facts() before reset()")
         names = self.world.names
-        located: dict[str, str] = {}
-        for obj, recep in sorted(state.inrec):
-            located[names[obj]] = names[recep]
+        located: dict[str, set[str]] = {}
+        for obj, recep in state.inrec:
+            located.setdefault(names[obj], set()).add(names[recep])
         flags: dict[str, set[str]] = {}
         for pred, objs in state.flags.items():
             flag = FLAG_PREDICATES.get(pred)
@@ -101,7 +101,7 @@ class FastAlfworldEnv:
                 flags.setdefault(names[obj], set()).add(flag)
         here = self.world.location_receps.get(state.agent_at, ())
         return WorldFacts(
-            located=located,
+            located={obj: frozenset(receps) for obj, receps in located.items()},
             holding=frozenset(names[o] for o in state.holds),
             opened=frozenset(names[r] for r in state.opened),
             flags={obj: frozenset(fl) for obj, fl in flags.items()},
@@ -113,17 +113,6 @@ class FastAlfworldEnv:
         self._state = None
 
     # --- extras --------------------------------------------------------------------------------------
-    def containers(self) -> dict[str, frozenset[str]]:
-        """Every receptacle each object is in (ALFWorld puts some objects in two, e.g. a safe on a dresser)."""
-        state = self._state
-        if state is None:
-            raise RuntimeError("containers() before reset()")
-        names = self.world.names
-        found: dict[str, set[str]] = {}
-        for obj, recep in state.inrec:
-            found.setdefault(names[obj], set()).add(names[recep])
-        return {obj: frozenset(receps) for obj, receps in found.items()}
-
     @property
     def state(self) -> State:
         if self._state is None:
