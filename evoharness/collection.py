@@ -9,10 +9,12 @@ its entry, mirrored into the warehouse ``teachers`` table.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Self
 
 from evoharness.agents.records import EpisodeRecord, EpisodeSpec
 from evoharness.agents.runner import RunSettings, run_episodes
@@ -95,6 +97,43 @@ async def _run_and_close(
         await aclose_client(policy)
 
 
+class EpisodeWriter:
+    """Stores episodes on one writer thread, in order of completion, never blocking the event loop.
+
+    The warehouse file is held while writes are queued and released as soon as the queue drains, so other
+    processes (a consolidation, an audit) get the file between bursts without paying a reconnect (and a
+    DuckDB checkpoint) per episode.
+    """
+
+    def __init__(self, warehouse: Warehouse, run_id: str, code_version: str) -> None:
+        self.warehouse, self.run_id, self.code_version = warehouse, run_id, code_version
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="warehouse-writer")
+        self._queued = 0
+        self._lock = threading.Lock()
+
+    async def write(self, record: EpisodeRecord) -> bool:
+        """Store ``record``; False when a finished episode with its key was already stored."""
+        with self._lock:
+            self._queued += 1
+        return await asyncio.get_running_loop().run_in_executor(self._thread, self._store, record)
+
+    def _store(self, record: EpisodeRecord) -> bool:
+        try:
+            return self.warehouse.write_episode(record, run_id=self.run_id, code_version=self.code_version)
+        finally:
+            with self._lock:
+                self._queued -= 1
+                drained = self._queued == 0
+            if drained:
+                self.warehouse.release()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._thread.shutdown(wait=True)
+
+
 def collect(
     config: CollectionConfig,
     warehouse: Warehouse,
@@ -118,18 +157,11 @@ def collect(
         budget=StepBudget(max_steps=config.max_steps, meta_action_cost=config.meta_action_cost),
         concurrency=concurrency,
     )
-    version = code_version()
     counts = {"written": 0, "finished": 0}
-    # One writer thread: episodes are stored in order of completion, and a write never blocks the event
-    # loop that keeps the other episodes' calls in flight.
-    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="warehouse-writer")
-
-    def store(record: EpisodeRecord) -> bool:
-        with warehouse.briefly():
-            return warehouse.write_episode(record, run_id=run_id, code_version=version)
+    writer = EpisodeWriter(warehouse, run_id=run_id, code_version=code_version())
 
     async def write(record: EpisodeRecord) -> None:
-        stored = await asyncio.get_running_loop().run_in_executor(writer, store, record)
+        stored = await writer.write(record)
         counts["written"] += stored
         counts["finished"] += 1
         if on_progress is not None:
