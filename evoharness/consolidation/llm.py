@@ -2,15 +2,16 @@
 
 Invalid output (not JSON, wrong schema, step numbers out of range) is retried with the error shown to the
 model, up to ``max_attempts`` calls; then the episode is recorded as failed. Transient client errors are
-retried within the same budget; permanent ones fail the episode at once. Tokens and cost add up over calls.
+retried by the registered teacher's retry policy (backoff, jitter, retry-after); permanent ones, or retries
+exhausted, fail the episode at once. Tokens and cost add up over calls.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
@@ -22,8 +23,9 @@ from evoharness.consolidation.source import SourceEpisode
 from evoharness.harness.grammar import ActionKind
 from evoharness.harness.prompts import PromptSet, load_prompt_set
 from evoharness.teachers.clients import make_client
-from evoharness.teachers.clients.base import ChatClient, ClientError, PermanentError
+from evoharness.teachers.clients.base import ChatClient, ClientError
 from evoharness.teachers.registry import TeacherRegistry, TeacherSpec
+from evoharness.teachers.retry import RetriesExhausted, with_retries
 
 PROMPT_ID = "consolidation/annotate"
 _FENCE_RE = re.compile(r"^```(?:json)?\s*|\s*```$", re.MULTILINE)
@@ -115,17 +117,16 @@ class LLMConsolidator:
                 "steps": steps, "error": error,
             })
             result.attempts += 1
-            try:
-                completion = await self.client.complete(prompt.messages(), max_tokens=self.settings.max_tokens,
-                                                        temperature=self.settings.temperature)
-            except PermanentError as exc:
-                result.failure = f"client: {exc.reason}"
+            messages = prompt.messages()
+            try:  # transient faults (429, 5xx, timeouts) are retried by the teacher's own retry policy
+                completion = await with_retries(
+                    partial(self.client.complete, messages, max_tokens=self.settings.max_tokens,
+                            temperature=self.settings.temperature),
+                    self.teacher.retry, label=f"consolidate {episode.episode_id[:8]}",
+                )
+            except (ClientError, RetriesExhausted) as exc:
+                result.failure = f"client: {getattr(exc, 'reason', exc)}"
                 break
-            except ClientError as exc:
-                error = None
-                result.failure = f"client: {exc.reason}"
-                await asyncio.sleep(min(0.5 * 2 ** attempt, 5.0))
-                continue
             if completion.input_tokens is not None:
                 result.input_tokens = (result.input_tokens or 0) + completion.input_tokens
             if completion.output_tokens is not None:
