@@ -87,7 +87,7 @@ def sft_dataset_no_eval_games(context: dg.AssetCheckExecutionContext,
         on_disk = sorted({g for part in loaded.values() for g in part["game_id"]})
         splits = dict(wh.con.execute("SELECT game_id, split FROM games WHERE list_contains(?, game_id)",
                                      [on_disk]).fetchall())
-        leaks_sql = wh.con.execute("SELECT count(*) FROM curation_leaks WHERE dataset_id = ?", [row[0]]).fetchone()[0]
+        leaks_sql = wh.scalar("SELECT count(*) FROM curation_leaks WHERE dataset_id = ?", [row[0]])
     leaks = [g for g in on_disk if splits.get(g) != "train"]
     return dg.AssetCheckResult(
         passed=not leaks and leaks_sql == 0,

@@ -56,7 +56,7 @@ def served_teacher(args: argparse.Namespace) -> Iterator[str]:
 def calls_served(db: Path) -> int:
     """Model calls made (one per turn: the benchmark injects no faults)."""
     with Warehouse(db) as warehouse:
-        return int(warehouse.con.execute("SELECT coalesce(sum(n_steps), 0) FROM episodes").fetchone()[0])
+        return int(warehouse.scalar("SELECT coalesce(sum(n_steps), 0) FROM episodes"))
 
 
 def run_once(args: argparse.Namespace, concurrency: int, base_url: str, folder: Path) -> dict:

@@ -92,7 +92,7 @@ def summary(db: DbOption = None) -> None:
 def init(db: DbOption = None) -> None:
     """Prepare a machine: the warehouse schema, and with $DAGSTER_HOME set, dagster.yaml and teacher partitions."""
     with Warehouse(db or default_db_path()) as warehouse:
-        versions = warehouse.con.execute("SELECT max(version) FROM schema_version").fetchone()[0]
+        versions = warehouse.scalar("SELECT max(version) FROM schema_version")
     console.print(f"warehouse {warehouse.path}: schema version {versions}")
     home = os.environ.get("DAGSTER_HOME")
     if not home:

@@ -11,7 +11,7 @@ import typer
 from evoharness.cli_common import DbOption, console, print_table
 from evoharness.consolidation.audit import AUDIT_VIEWS, quality_gate, read_view
 from evoharness.consolidation.config import ConsolidationConfig, LLMSettings, QualityThresholds
-from evoharness.consolidation.pipeline import consolidate
+from evoharness.consolidation.pipeline import EpisodeOutcome, consolidate
 from evoharness.curation.build import curate
 from evoharness.curation.config import CurationConfig
 from evoharness.lineage import new_run_id
@@ -44,8 +44,12 @@ def consolidate_command(
     )
     worker = RuleConsolidator() if consolidator == "rule" else build_llm_consolidator(settings)
     path = db or default_db_path()
-    result = consolidate(config, path, worker, new_run_id(),
-                         on_progress=lambda d, t, o: o.failure and console.print(f"[yellow]{o.episode.episode_id}: {o.failure}"))
+
+    def report_failure(done: int, total: int, outcome: EpisodeOutcome) -> None:
+        if outcome.failure:
+            console.print(f"[yellow]{outcome.episode.episode_id}: {outcome.failure}")
+
+    result = consolidate(config, path, worker, new_run_id(), on_progress=report_failure)
     console.print(f"{result.consolidation_run_id}: planned {result.planned}, consolidated {result.consolidated}, "
                   f"failed {result.failed}, bank versions {result.bank_versions or 'unchanged'} "
                   f"in {result.seconds:.1f}s")

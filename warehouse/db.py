@@ -141,6 +141,13 @@ class Warehouse:
         cursor = self.con.execute(load_query(name), params)
         return [d[0] for d in cursor.description], cursor.fetchall()
 
+    def scalar(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> Any:
+        """The first column of the first row of ``sql`` (an aggregate, a count)."""
+        row = self.con.execute(sql, params).fetchone()
+        if row is None:
+            raise LookupError(f"no row for: {sql}")
+        return row[0]
+
     # -- writes ---------------------------------------------------------------------------------------
     def insert(self, table: str, rows: Sequence[dict[str, Any]], skip_existing: bool = False,
                json_columns: Iterable[str] = ()) -> None:
@@ -162,7 +169,7 @@ class Warehouse:
         """Insert catalog rows not yet present; returns how many the table now holds."""
         with self.transaction():
             self.insert("games", list(rows), skip_existing=True)
-        return self.con.execute("SELECT count(*) FROM games").fetchone()[0]
+        return int(self.scalar("SELECT count(*) FROM games"))
 
     def finished_episode_ids(self, teacher: str) -> set[str]:
         rows = self.con.execute(

@@ -40,8 +40,8 @@ def ensure_seed(wh: Warehouse, seed_path: Path = SEED_BANK) -> ExperienceBankDat
     import yaml
 
     seed = ExperienceBankData.model_validate(yaml.safe_load(seed_path.read_text()))
-    exists = wh.con.execute("SELECT count(*) FROM experience_banks WHERE bank_id = ? AND version = ?",
-                            [seed.bank_id, seed.version]).fetchone()[0]
+    exists = wh.scalar("SELECT count(*) FROM experience_banks WHERE bank_id = ? AND version = ?",
+                            [seed.bank_id, seed.version])
     if not exists:
         with wh.transaction():
             _store_version(wh, seed, None, [], None)

@@ -82,8 +82,7 @@ def curate(wh: Warehouse, config: CurationConfig, run_id: str) -> DatasetResult:
     if existing and Path(existing[1]).is_dir():
         return DatasetResult(existing[0], existing[1], existing[2], existing[3], json.loads(existing[4]),
                              json.loads(existing[5]), existing[6], reused=True)
-    version = 1 + wh.con.execute("SELECT coalesce(max(version), 0) FROM datasets WHERE name = ?",
-                                 [config.name]).fetchone()[0]
+    version = 1 + wh.scalar("SELECT coalesce(max(version), 0) FROM datasets WHERE name = ?", [config.name])
     dataset_id = f"{config.name}@v{version}"
     root = Path(config.output_dir) if config.output_dir else wh.path.parent / "datasets"
     path = (root / config.name / f"v{version}").resolve()
@@ -92,9 +91,12 @@ def curate(wh: Warehouse, config: CurationConfig, run_id: str) -> DatasetResult:
                                     for name, part in records.items()})
     dataset.save_to_disk(str(path))
     composition = _composition(records, chosen)
-    bank_id, bank_version = wh.con.execute(
+    bank = wh.con.execute(
         "SELECT bank_id, max(version) FROM experience_banks WHERE frozen GROUP BY bank_id ORDER BY 2 DESC LIMIT 1"
     ).fetchone()
+    if bank is None:
+        raise ValueError("No frozen Experience bank in the warehouse: run `evoharness consolidate` first.")
+    bank_id, bank_version = bank
     example_banks = sorted({r["bank_version"] for part in records.values() for r in part})
     games = Counter(r["game_id"] for part in records.values() for r in part)
     with wh.transaction():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from evoharness.envs.alfworld.catalog import AlfworldDataError, GameRecord, load_game_file
 from evoharness.envs.alfworld.facts import FLAG_PREDICATES
@@ -14,6 +15,9 @@ from evoharness.envs.alfworld.fast_engine.pddl import check_supported
 from evoharness.envs.alfworld.fast_engine.world import State, World
 from evoharness.envs.alfworld.textworld_engine import objective_from_intro
 from evoharness.envs.base import StepResult, WorldFacts
+
+if TYPE_CHECKING:
+    from evoharness.envs.alfworld.fast_engine.expert import FastExpert
 
 
 @lru_cache(maxsize=256)
@@ -46,7 +50,7 @@ class FastAlfworldEnv:
         self._actions: dict[str, rules.Action] = {}
         self._admissible: tuple[str, ...] = ()
         self._objective = ""
-        self._expert = None
+        self._expert: FastExpert | None = None
         self._won = False
         self._goal_predicates = goal_predicates(self.world.goal)
 
@@ -61,8 +65,8 @@ class FastAlfworldEnv:
         if self.expert:
             from evoharness.envs.alfworld.fast_engine.expert import FastExpert
 
-            self._expert = FastExpert(self.game.traj_path, random.Random(seed))
-            plan = self._expert.start(feedback)
+            expert = self._expert = FastExpert(self.game.traj_path, random.Random(seed))
+            plan = expert.start(feedback)
         return self._result(feedback, True, won, plan)
 
     def step(self, command: str) -> StepResult:

@@ -54,7 +54,7 @@ class World:
     microwaves: frozenset[str]
     fridges: frozenset[str]
     knives: frozenset[str]
-    goto_commands: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    goto_commands: dict[str, list[tuple[str, tuple[str, ...]]]] = field(default_factory=dict)  # loc -> (command, action)
 
     @classmethod
     def from_game(cls, data: dict) -> World:
@@ -88,7 +88,7 @@ class World:
             static=dict(static),
             recep_location=recep_location,
             location_receps=dict(location_receps),
-            all_receps_sorted=sorted(static["receptacleatlocation"]),
+            all_receps_sorted=sorted((r, loc) for r, loc in static["receptacleatlocation"]),
             openable=one("openable"),
             pickupable=one("pickupable"),
             cleanable=one("cleanable"),
@@ -99,7 +99,7 @@ class World:
             receptacle_objects=one("isreceptacleobject"),
             object_type=object_type,
             recep_type=recep_type,
-            can_contain=frozenset(static["cancontain"]),
+            can_contain=frozenset((rt, ot) for rt, ot in static["cancontain"]),
             inside_object=dict(inside),
             sinks=frozenset(r for r, t in recep_type.items() if t in _SINK_TYPES),
             microwaves=frozenset(r for r, t in recep_type.items() if t == "microwavetype"),
