@@ -8,7 +8,17 @@ import time
 import pytest
 
 from evoharness.envs.alfworld.catalog import SPLITS, TASK_TYPES, AlfworldDataError
-from evoharness.envs.alfworld.differential import compare_step, run_differential, run_game, summarize
+from evoharness.envs.alfworld.differential import (
+    CHECKER_VERSION,
+    GameReport,
+    Mismatch,
+    append_report,
+    compare_step,
+    load_reports,
+    run_differential,
+    run_game,
+    summarize,
+)
 from evoharness.envs.alfworld.fast_engine import FastAlfworldEnv, load_world
 from evoharness.envs.alfworld.fast_engine.goal import holds
 from evoharness.envs.alfworld.fast_engine.names import demangle_all
@@ -188,3 +198,18 @@ def test_differential_sample_across_splits_and_task_types(catalog):
     mismatches = [m for r in reports for m in r.mismatches]
     assert mismatches == [], mismatches[:3]
     assert sum(s.steps for s in summarize(reports)) > 60 * 100
+
+
+def test_reports_resume_only_clean_current_version_games(tmp_path) -> None:
+    path = str(tmp_path / "reports.jsonl")
+    clean = GameReport("g1", "train", "pick_and_place_simple", steps=10, episodes=5)
+    mismatch = Mismatch("g2", "random-0", 3, "look", "observation", "a", "b")
+    bad = GameReport("g2", "train", "pick_and_place_simple", steps=3, mismatches=[mismatch])
+    broken = GameReport("g3", "train", "pick_and_place_simple", error="IOError: x")
+    old = GameReport("g4", "train", "pick_and_place_simple", checker=CHECKER_VERSION - 1)
+    for report in (clean, bad, broken, old):
+        append_report(path, report)
+    found = load_reports(path, {"g1", "g2", "g3", "g4"})
+    assert set(found) == {"g1", "g2"}  # errors and older checkers run again
+    assert found["g2"].mismatches == [mismatch] and found["g1"].steps == 10
+    assert load_reports(path, {"g9"}) == {} and load_reports(str(tmp_path / "none.jsonl"), {"g1"}) == {}

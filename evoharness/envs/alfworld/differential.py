@@ -23,12 +23,16 @@ import zlib
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 from evoharness.envs.alfworld.catalog import SPLITS, GameCatalog, GameRecord, load_game_file
 from evoharness.envs.base import StepResult, WorldFacts
 
 _FIELDS = ("observation", "admissible_commands", "won", "done", "score", "valid")
+# Bumped whenever the comparison changes, so that a resumed run never mixes reports of different rules.
+# 2: facts.located compared as the full set of receptacles holding each object (no leniency).
+CHECKER_VERSION = 2
 EXPERT_STEP_CAP = 60
 
 
@@ -57,6 +61,12 @@ class GameReport:
     mismatches: list[Mismatch] = field(default_factory=list)
     seconds: float = 0.0
     error: str = ""
+    checker: int = CHECKER_VERSION
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> GameReport:
+        mismatches = [Mismatch(**m) for m in data.pop("mismatches", [])]
+        return cls(**data, mismatches=mismatches)
 
 
 @dataclass
@@ -210,24 +220,27 @@ def _init_worker() -> None:
 
 
 def run_differential(games: Sequence[GameRecord], workers: int = 2, progress: bool = True,
-                     **kwargs: Any) -> list[GameReport]:
-    """Run :func:`run_game` over ``games`` in a pool of ``workers`` processes (1 = in this process)."""
+                     on_report: Callable[[GameReport], None] | None = None, **kwargs: Any) -> list[GameReport]:
+    """Run :func:`run_game` over ``games`` in a pool of ``workers`` processes (1 = in this process);
+    ``on_report`` sees each game's report as soon as it is done."""
     reports: list[GameReport] = []
     start = time.perf_counter()
+
+    def done(report: GameReport) -> None:
+        reports.append(report)
+        if on_report is not None:
+            on_report(report)
+        if progress:
+            _progress(report, len(reports), len(games), start)
+
     if workers <= 1:
-        iterator: Iterable[GameReport] = (run_game(g, **kwargs) for g in games)
-        for report in iterator:
-            reports.append(report)
-            if progress:
-                _progress(report, len(reports), len(games), start)
+        for game in games:
+            done(run_game(game, **kwargs))
         return reports
     with ProcessPoolExecutor(max_workers=workers, initializer=_init_worker) as pool:
         futures = [pool.submit(run_game, g, **kwargs) for g in games]
         for future in as_completed(futures):
-            report = future.result()
-            reports.append(report)
-            if progress:
-                _progress(report, len(reports), len(games), start)
+            done(future.result())
     order = {g.game_id: i for i, g in enumerate(games)}
     reports.sort(key=lambda r: order[r.game_id])
     return reports
@@ -264,25 +277,48 @@ def format_table(summaries: Sequence[SplitSummary], wall: float) -> str:
     return "\n".join(lines)
 
 
+def load_reports(path: str, game_ids: set[str]) -> dict[str, GameReport]:
+    """Reports of ``game_ids`` already in the JSON-lines file ``path`` (current checker version, no errors)."""
+    if not os.path.exists(path):
+        return {}
+    found: dict[str, GameReport] = {}
+    with open(path) as handle:
+        for line in handle:
+            report = GameReport.from_json(json.loads(line))
+            if report.game_id in game_ids and report.checker == CHECKER_VERSION and not report.error:
+                found[report.game_id] = report
+    return found
+
+
+def append_report(path: str, report: GameReport) -> None:
+    with open(path, "a") as handle:
+        handle.write(json.dumps(asdict(report)) + "\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--split", default="all", choices=("all", *SPLITS))
     parser.add_argument("--limit", type=int, default=None, help="first N games per split (catalog order)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--data-root", default=None, help="defaults to $ALFWORLD_DATA")
-    parser.add_argument("--report", default=None, help="write every game's report as JSON lines here")
+    parser.add_argument("--report", default=None,
+                        help="append every game's report here as JSON lines, as soon as it is done; games "
+                             "already reported (same checker version) are skipped, so a killed run resumes")
     parser.add_argument("--show", type=int, default=20, help="print at most this many mismatches")
     args = parser.parse_args(argv)
 
     catalog = GameCatalog(args.data_root)
     splits = SPLITS if args.split == "all" else (args.split,)
     games = [g for split in splits for g in catalog.games(split, limit=args.limit)]
+    previous = load_reports(args.report, {g.game_id for g in games}) if args.report else {}
+    todo = [g for g in games if g.game_id not in previous]
+    if previous:
+        print(f"resuming: {len(previous)} games already reported in {args.report}, {len(todo)} to go", file=sys.stderr)
     start = time.perf_counter()
-    reports = run_differential(games, workers=args.workers)
+    append = partial(append_report, args.report) if args.report else None
+    fresh = {r.game_id: r for r in run_differential(todo, workers=args.workers, on_report=append)}
     wall = time.perf_counter() - start
-    if args.report:
-        with open(args.report, "w") as handle:
-            handle.writelines(json.dumps(asdict(report)) + "\n" for report in reports)
+    reports = [previous.get(g.game_id) or fresh[g.game_id] for g in games]
     shown = 0
     for report in reports:
         if report.error:
