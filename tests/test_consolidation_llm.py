@@ -22,9 +22,26 @@ _TARGET_RE = re.compile(r"Task: (?:put|look at|examine|heat|cool|clean|find) (?:
                         r"(?:hot |cool |clean )?([a-z]+)")
 
 
+EDITOR_TOKENS = (700, 60)  # per bank-editor call
+GOOD_EDITS = {"edits": [
+    {"op": "ADD", "category": "common_mistakes", "entry_id": None, "text": "Open the fridge before searching it.",
+     "reason": "lesson: open the fridge early"},
+    {"op": "UPDATE", "category": "general_skills", "entry_id": "g4",
+     "text": "Never revisit a searched receptacle unless something changed.", "reason": "sharper wording"},
+    {"op": "REMOVE", "category": "common_mistakes", "entry_id": "m2", "text": None, "reason": "covered by g3"},
+    {"op": "SKIP", "category": "notes", "entry_id": None, "text": None, "reason": "found-at notes add nothing"},
+]}
+
+
 def scripted(call: Call) -> Reply:
-    """Good for most task types; partially wrong for pick-and-place; malformed for two-object tasks."""
+    """Good for most task types; partially wrong for pick-and-place; malformed for two-object tasks.
+    The bank editor's first answer names an entry the bank lacks (rejected), its second one is good."""
     prompt = call.prompt
+    if "Lessons noted in this batch" in prompt:
+        if "was rejected" not in prompt:
+            bad = {"edits": [{"op": "UPDATE", "category": "notes", "entry_id": "zz9", "text": "x", "reason": "r"}]}
+            return Reply(text=json.dumps(bad), input_tokens=EDITOR_TOKENS[0], output_tokens=EDITOR_TOKENS[1])
+        return Reply(text=json.dumps(GOOD_EDITS), input_tokens=EDITOR_TOKENS[0], output_tokens=EDITOR_TOKENS[1])
     target = _TARGET_RE.search(prompt).group(1)  # type: ignore[union-attr]
     if "Task type: pick_two_obj_and_place" in prompt:
         return Reply(text='{"insertions": [{"before_step": 0, "kind": "recall"', input_tokens=900, output_tokens=20)
@@ -86,5 +103,39 @@ def test_llm_quality_shows_in_the_views_and_fails_the_gate(llm_db: tuple[Path, i
     assert q["parse_validity"] < 1.0
     assert q["belief_precision"] >= 0.99  # Belief is the deterministic parser's, whoever annotates
     assert not gate.passed and any("parse_validity" in f for f in gate.failures)
-    assert cost[0] == 5 * 1000 + 3 * 900 and cost[2] == pytest.approx((cost[0] * 2 + cost[1] * 8) / 1e6)
+    assert cost[0] == 5 * 1000 + 3 * 900 + 2 * EDITOR_TOKENS[0]  # annotation calls + two bank-editor calls
+    assert cost[2] == pytest.approx((cost[0] * 2 + cost[1] * 8) / 1e6)
     assert run[0] == "loopback-model" and run[1] == "consolidation/annotate" and len(run[2]) == 64 and run[3] == 1
+
+
+def test_llm_bank_editor_edits_are_validated_applied_and_logged(llm_db: tuple[Path, int]) -> None:
+    db, _ = llm_db
+    with Warehouse(db) as wh:
+        edits = wh.con.execute("SELECT op, entry_id, text, reason FROM experience_edits WHERE consolidator = 'llm' "
+                               "AND op <> 'SKIP' AND entry_id NOT LIKE 'sp-%' AND entry_id NOT LIKE 'ts-%' "
+                               "AND entry_id NOT LIKE 'gs-%' AND entry_id NOT LIKE 'mk-%' ORDER BY edit_index").fetchall()
+        version = wh.scalar("SELECT max(version) FROM experience_banks WHERE consolidation_run_id LIKE '%:llm:%'")
+        entries = dict(wh.con.execute("SELECT entry_id, text FROM experience_bank_entries WHERE version = ?",
+                                      [version]).fetchall())
+    assert [(op, entry_id) for op, entry_id, _, _ in edits][1:] == [("UPDATE", "g4"), ("REMOVE", "m2")]
+    added = edits[0]
+    assert added[0] == "ADD" and added[1].startswith("llm-") and added[3] == "lesson: open the fridge early"
+    assert entries[added[1]] == "Open the fridge before searching it."
+    assert entries["g4"].startswith("Never revisit") and "m2" not in entries
+
+
+def test_editor_answers_are_checked_against_the_bank() -> None:
+    from evoharness.consolidation.bank_editor import EditorAnswerError, parse_edits
+    from evoharness.envs.alfworld import SEED_BANK
+    from evoharness.harness.experience import ExperienceBank
+
+    bank = ExperienceBank.from_file(SEED_BANK).data
+    fenced = "```json\n" + json.dumps(GOOD_EDITS) + "\n```"
+    assert [e.op for e in parse_edits(fenced, bank)] == ["ADD", "UPDATE", "REMOVE", "SKIP"]
+    with pytest.raises(EditorAnswerError, match="not in the bank"):
+        parse_edits(json.dumps({"edits": [{"op": "REMOVE", "category": "notes", "entry_id": "nope", "reason": "r"}]}),
+                    bank)
+    with pytest.raises(EditorAnswerError, match="needs a text"):
+        parse_edits(json.dumps({"edits": [{"op": "ADD", "category": "notes", "reason": "r"}]}), bank)
+    with pytest.raises(EditorAnswerError, match="required shape"):
+        parse_edits('{"edits": [{"op": "MERGE"}]}', bank)

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from evoharness.agents.records import EpisodeRecord, EpisodeSpec, StepRecord
+from evoharness.envs.alfworld import SEED_BANK
 from evoharness.envs.alfworld.belief import AlfworldBelief
 from evoharness.envs.pool import EnvPool, EnvWorkerError
 from evoharness.harness.budget import StepBudget
@@ -26,7 +27,6 @@ from evoharness.harness.workspace import Workspace
 from evoharness.teachers.base import Policy, PolicyError, TurnContext
 
 logger = logging.getLogger(__name__)
-SEED_BANK = Path(__file__).resolve().parents[1] / "envs" / "alfworld" / "seed_bank.yaml"
 INVALID_FEEDBACK = "Invalid action ({reason}). Answer with <think>…</think><action>…</action>."
 
 

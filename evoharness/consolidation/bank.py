@@ -9,11 +9,10 @@ from pathlib import Path
 
 from evoharness.consolidation.evolution import Edit
 from evoharness.consolidation.store import insert_rows
+from evoharness.envs.alfworld import SEED_BANK
 from evoharness.harness.experience import ExperienceBankData
 from evoharness.lineage import code_version
 from warehouse import Warehouse
-
-SEED_BANK = Path(__file__).resolve().parents[1] / "envs" / "alfworld" / "seed_bank.yaml"
 
 
 def bank_sha(bank: ExperienceBankData) -> str:

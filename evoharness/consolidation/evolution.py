@@ -215,21 +215,32 @@ def _cap_edits(entries: dict[str, ExperienceEntry]) -> list[Edit]:
     return edits
 
 
-def evolve(parent: ExperienceBankData, batch: list[EpisodeEvidence],
-           usage: dict[str, int]) -> tuple[ExperienceBankData, list[Edit]]:
-    """Propose and apply the edits of one batch; the result is ``parent.version + 1`` (usage added)."""
+def lessons_of(batch: list[EpisodeEvidence]) -> list[str]:
+    """The batch's lessons and buffered notes, whitespace-normalised, in order, without repeats."""
+    return list(dict.fromkeys(" ".join(text.split()) for ep in batch for text in ep.lessons + ep.digest.notes))
+
+
+def evolve(parent: ExperienceBankData, batch: list[EpisodeEvidence], usage: dict[str, int],
+           lesson_edits: list[Edit] | None = None) -> tuple[ExperienceBankData, list[Edit]]:
+    """Propose and apply the edits of one batch; the result is ``parent.version + 1`` (usage added).
+
+    Search priorities, task skills and general skills are induced from the batch's statistics; lessons
+    become edits by rules unless ``lesson_edits`` (e.g. an LLM editor's proposal) are given.
+    """
     entries = {e.entry_id: e.model_copy() for e in parent.entries}
     for entry_id, used in usage.items():
         if entry_id in entries:
             entries[entry_id].usage += used
     edits = _search_edits(entries, batch) + _task_edits(entries, batch) + _general_edits(entries, batch)
-    edits += _lesson_edits(entries, batch)
+    edits += _lesson_edits(entries, batch) if lesson_edits is None else lesson_edits
     for edit in edits:
         if edit.op == "ADD" and edit.entry_id and edit.text:
             entries[edit.entry_id] = ExperienceEntry(entry_id=edit.entry_id, category=Category(edit.category),
                                                      text=edit.text, key=edit.key)
-        elif edit.op == "UPDATE" and edit.entry_id and edit.text:
+        elif edit.op == "UPDATE" and edit.entry_id in entries and edit.text:
             entries[edit.entry_id].text = edit.text
+        elif edit.op == "REMOVE" and edit.entry_id:
+            entries.pop(edit.entry_id, None)
     removals = _cap_edits(entries)
     for edit in removals:
         entries.pop(edit.entry_id or "", None)

@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from evoharness.consolidation.bank_editor import LLMBankEditor
 from evoharness.consolidation.config import LLMSettings
 from evoharness.consolidation.plan import Annotation, PlannedTurn, env_turns
 from evoharness.consolidation.replay import Replay
@@ -81,7 +82,8 @@ def merge_turns(annotation: LLMAnnotation, replay: Replay) -> list[PlannedTurn]:
 def build_llm_consolidator(settings: LLMSettings, registry: TeacherRegistry | None = None) -> LLMConsolidator:
     """The LLM consolidator backed by the registered teacher ``settings.teacher`` (key read from its env var)."""
     spec = (registry or TeacherRegistry.load()).get(settings.teacher)
-    return LLMConsolidator(make_client(spec), settings, spec)
+    client = make_client(spec)
+    return LLMConsolidator(client, settings, spec, bank_editor=LLMBankEditor(client, settings, spec))
 
 
 @dataclass
@@ -91,6 +93,7 @@ class LLMConsolidator:
     client: ChatClient
     settings: LLMSettings
     teacher: TeacherSpec
+    bank_editor: LLMBankEditor | None = None
     name: str = "llm"
     prompt_set: PromptSet = field(default_factory=lambda: load_prompt_set(PROMPT_ID))
 

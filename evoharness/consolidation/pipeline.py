@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from evoharness.consolidation import bank as banks
+from evoharness.consolidation.bank_editor import EditorResult
 from evoharness.consolidation.config import ConsolidationConfig
-from evoharness.consolidation.evolution import EpisodeEvidence, evolve
+from evoharness.consolidation.evolution import Edit, EpisodeEvidence, evolve, lessons_of
 from evoharness.consolidation.examples import EpisodeExamples, build_examples
 from evoharness.consolidation.plan import Annotation, Consolidator, TaskInfo
 from evoharness.consolidation.replay import ReplayError, replay_episode
@@ -29,7 +30,7 @@ from evoharness.consolidation.store import consolidated_ids, insert_rows, replac
 from evoharness.envs.alfworld.catalog import GameCatalog
 from evoharness.envs.pool import EnvPool, EnvWorkerError
 from evoharness.harness.budget import StepBudget
-from evoharness.harness.experience import ExperienceBankData
+from evoharness.harness.experience import Category, ExperienceBankData
 from evoharness.harness.prompts import load_prompt_set
 from evoharness.lineage import code_version
 from warehouse import Warehouse
@@ -57,6 +58,7 @@ class ConsolidationResult:
     input_tokens: int | None = None
     output_tokens: int | None = None
     cost_usd: float | None = None
+    editor_calls: list[EditorResult] = field(default_factory=list)
 
 
 def _sum(values: list[Any]) -> Any:
@@ -136,9 +138,10 @@ def consolidate(
         outcomes = asyncio.run(_run_batches(config, db_path, consolidator, crun, engine, bank, episodes,
                                             contributed, result, on_progress))
     result.seconds = time.perf_counter() - started
-    result.input_tokens = _sum([o.annotation.input_tokens for o in outcomes])
-    result.output_tokens = _sum([o.annotation.output_tokens for o in outcomes])
-    result.cost_usd = _sum([o.annotation.cost_usd for o in outcomes])
+    calls = [o.annotation for o in outcomes] + result.editor_calls
+    result.input_tokens = _sum([c.input_tokens for c in calls])
+    result.output_tokens = _sum([c.output_tokens for c in calls])
+    result.cost_usd = _sum([c.cost_usd for c in calls])
     with Warehouse(db_path) as wh, wh.transaction():
         wh.con.execute(
             "UPDATE consolidation_runs SET n_consolidated = ?, n_failed = ?, input_tokens = ?, output_tokens = ?,"
@@ -180,14 +183,19 @@ async def _run_batches(
                     everything.append(outcome)
                     if on_progress is not None:
                         on_progress(len(everything), len(episodes), outcome)
-                if config.evolve_bank:
-                    bank = _evolve(wh, bank, outcomes, contributed, consolidator.name, crun, result)
+            if config.evolve_bank:
+                bank = await _evolve(db_path, bank, outcomes, contributed, consolidator, crun, result)
     return everything
 
 
-def _evolve(wh: Any, bank: ExperienceBankData, outcomes: list[EpisodeOutcome], contributed: set[str],
-            consolidator: str, crun: str, result: ConsolidationResult) -> ExperienceBankData:
-    """Induce the next version from the batch's train episodes not yet induced; returns the bank to use next."""
+async def _evolve(db_path: str | Path, bank: ExperienceBankData, outcomes: list[EpisodeOutcome],
+                  contributed: set[str], consolidator: Consolidator, crun: str,
+                  result: ConsolidationResult) -> ExperienceBankData:
+    """Induce the next version from the batch's train episodes not yet induced; returns the bank to use next.
+
+    A consolidator with a ``bank_editor`` (the LLM one) turns the batch's lessons into edits itself; if its
+    answers stay invalid, the rule-based lesson edits are used and the failure is logged as a SKIP edit.
+    """
     evidence = [
         EpisodeEvidence(o.episode.episode_id, o.episode.task_type, o.episode.won,
                         TaskInfo.parse(o.objective).target,
@@ -201,11 +209,25 @@ def _evolve(wh: Any, bank: ExperienceBankData, outcomes: list[EpisodeOutcome], c
     for item in evidence:
         for entry_id, used in item.digest.usage.items():
             usage[entry_id] = usage.get(entry_id, 0) + used
-    new, edits = evolve(bank, evidence, usage)
+    lesson_edits: list[Edit] | None = None
+    editor_failure: list[Edit] = []
+    editor = getattr(consolidator, "bank_editor", None)
+    lessons = lessons_of(evidence)
+    if editor is not None and lessons:
+        proposal = await editor.propose(bank, lessons)
+        result.editor_calls.append(proposal)
+        if proposal.failure is None:
+            lesson_edits = proposal.edits
+        else:
+            editor_failure = [Edit("SKIP", Category.NOTES.value, None, None, None,
+                                   f"LLM bank editor failed ({proposal.failure}); rule-based lesson edits used", None)]
+    new, edits = evolve(bank, evidence, usage, lesson_edits)
+    edits = editor_failure + edits
     if not [e for e in edits if e.op != "SKIP"] and not usage:
         return bank
     sources = [item.episode_id for item in evidence]
-    banks.write_version(wh, new, bank, edits, sources, consolidator, crun)
+    with Warehouse(db_path) as wh:
+        banks.write_version(wh, new, bank, edits, sources, consolidator.name, crun)
     contributed.update(sources)
     result.bank_versions.append(new.version)
     return new

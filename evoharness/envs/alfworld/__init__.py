@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from evoharness.envs.alfworld.catalog import GameCatalog, GameRecord
@@ -10,6 +11,7 @@ from evoharness.envs.base import Environment
 EngineName = Literal["textworld", "fast"]
 ENGINES: tuple[str, ...] = ("textworld", "fast")
 DEFAULT_ENGINE: EngineName = "fast"
+SEED_BANK = Path(__file__).resolve().parent / "seed_bank.yaml"  # the hand-written Experience bank, version 0
 
 
 def make_env(game: GameRecord, engine: str = DEFAULT_ENGINE, expert: bool = False) -> Environment:
@@ -25,4 +27,4 @@ def make_env(game: GameRecord, engine: str = DEFAULT_ENGINE, expert: bool = Fals
     raise ValueError(f"Unknown engine {engine!r}; expected one of {', '.join(ENGINES)}.")
 
 
-__all__ = ["DEFAULT_ENGINE", "ENGINES", "GameCatalog", "GameRecord", "make_env"]
+__all__ = ["DEFAULT_ENGINE", "ENGINES", "SEED_BANK", "GameCatalog", "GameRecord", "make_env"]
