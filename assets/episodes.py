@@ -25,6 +25,8 @@ class CollectionRunConfig(dg.Config):
     workers: int | None = Field(default=None, description="Environment worker processes (None: by engine).")
     concurrency: int = Field(default=8, description="Episodes in flight.")
     engine: str | None = Field(default=None, description="textworld or fast (None: library default).")
+    bank_version: int | None = Field(default=None, description="bpe mode: frozen Experience bank version "
+                                     "to recall from (None: the seed bank).")
 
 
 @dg.asset(
@@ -44,6 +46,7 @@ def teacher_episodes(
         teacher=teacher, mode=Mode(config.mode), split=config.split, limit=config.limit, seeds=tuple(config.seeds),
         max_steps=config.max_steps, meta_action_cost=config.meta_action_cost, workers=config.workers,
         concurrency=config.concurrency, engine=config.engine, data_root=alfworld.root(),
+        bank_version=config.bank_version,
     )
 
     def on_progress(done: int, total: int, record) -> None:  # type: ignore[no-untyped-def]

@@ -49,6 +49,8 @@ def collect_command(
                                                        "engine, 2 for textworld].")] = None,
     concurrency: Annotated[int, typer.Option(help="Episodes in flight.")] = 8,
     engine: Annotated[str | None, typer.Option(help="textworld or fast (default: the library default).")] = None,
+    bank_version: Annotated[int | None, typer.Option(help="bpe mode: recall from this frozen Experience bank "
+                                                      "version of the warehouse [default: the seed bank].")] = None,
     db: DbOption = None,
 ) -> None:
     """Play a teacher on a split and store every episode, step and harness call in the warehouse."""
@@ -56,6 +58,7 @@ def collect_command(
     config = CollectionConfig(
         teacher=teacher, mode=mode, split=split, limit=limit, seeds=tuple(seed or [0]), max_steps=max_steps,
         meta_action_cost=meta_action_cost, workers=workers, concurrency=concurrency, engine=engine,
+        bank_version=bank_version,
     )
     with Warehouse(db or default_db_path()) as warehouse, Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -18,9 +18,11 @@ from typing import Self
 
 from evoharness.agents.records import EpisodeRecord, EpisodeSpec
 from evoharness.agents.runner import RunSettings, run_episodes
-from evoharness.envs.alfworld import GameCatalog
+from evoharness.consolidation.bank import load_bank
+from evoharness.envs.alfworld import SEED_BANK, GameCatalog
 from evoharness.envs.pool import EnvPool
 from evoharness.harness.budget import StepBudget
+from evoharness.harness.experience import ExperienceBankData, load_bank_file
 from evoharness.harness.prompts import Mode, PromptSet, load_prompt_set
 from evoharness.lineage import code_version
 from evoharness.teachers.base import Policy
@@ -46,6 +48,7 @@ class CollectionConfig:
     engine: str | None = None
     data_root: str | None = None
     teachers_file: str | None = None  # the registry; None: $EVOHARNESS_TEACHERS or ./teachers.yaml
+    bank_version: int | None = None  # bpe mode: a frozen version of the seed bank's lineage; None: the seed
 
 
 @dataclass
@@ -73,13 +76,27 @@ def prompt_id_for(config: CollectionConfig, registry: TeacherRegistry | None = N
     return f"alfworld/{config.mode.value}"
 
 
-def plan_episodes(config: CollectionConfig) -> list[EpisodeSpec]:
+def episode_bank(config: CollectionConfig, warehouse: Warehouse) -> ExperienceBankData:
+    """The frozen Experience bank the episodes recall from: the seed file, or a version from the warehouse."""
+    seed = load_bank_file(SEED_BANK)
+    if config.bank_version is None or config.bank_version == seed.version:
+        return seed
+    return load_bank(warehouse, seed.bank_id, config.bank_version)
+
+
+def bank_label(bank: ExperienceBankData) -> str:
+    return f"{bank.bank_id}@v{bank.version}"
+
+
+def plan_episodes(config: CollectionConfig, bank: ExperienceBankData | None = None) -> list[EpisodeSpec]:
+    """One spec per game and seed; in bpe mode the bank version is part of each episode's key."""
     catalog = GameCatalog(config.data_root)
     prompt_set = load_prompt_set(prompt_id_for(config))
+    label = bank_label(bank or load_bank_file(SEED_BANK)) if config.mode is Mode.BPE else ""
     return [
         EpisodeSpec(
             teacher=config.teacher, game=game, mode=config.mode, seed=seed, max_steps=config.max_steps,
-            prompt_id=prompt_set.prompt_id, prompt_sha=prompt_set.sha256,
+            prompt_id=prompt_set.prompt_id, prompt_sha=prompt_set.sha256, bank=label,
         )
         for game in catalog.games(config.split, config.limit)
         for seed in config.seeds
@@ -144,7 +161,8 @@ def collect(
     registry = TeacherRegistry.load(config.teachers_file)
     teacher = registry.get(config.teacher)
     policy = build_policy(config.teacher, config.mode, registry)  # fails fast on a missing key
-    specs = plan_episodes(config)
+    bank = episode_bank(config, warehouse)
+    specs = plan_episodes(config, bank)
     upsert_warehouse(warehouse, [teacher])
     warehouse.upsert_games(spec.game.as_row() for spec in {s.game.game_id: s for s in specs}.values())
     done = warehouse.finished_episode_ids(config.teacher)
@@ -155,7 +173,7 @@ def collect(
         config.concurrency, teacher.max_concurrency)
     settings = RunSettings(
         budget=StepBudget(max_steps=config.max_steps, meta_action_cost=config.meta_action_cost),
-        concurrency=concurrency,
+        concurrency=concurrency, bank=bank,
     )
     counts = {"written": 0, "finished": 0}
     writer = EpisodeWriter(warehouse, run_id=run_id, code_version=code_version())

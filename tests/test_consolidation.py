@@ -122,3 +122,22 @@ def test_subgoal_forms(subgoal: str, holds: bool, form: str) -> None:
                        flags={"apple 1": frozenset({"hot"}), "desklamp 1": frozenset({"on"})})
     check = check_subgoal(subgoal, facts)
     assert (check.holds, check.form) == (holds, form)
+
+
+def test_collection_recalls_from_an_evolved_bank_version(consolidated: Path) -> None:
+    """The loop closes: a frozen version that consolidation produced is what a later collection recalls from."""
+    with Warehouse(consolidated) as wh:
+        latest = wh.scalar("SELECT max(version) FROM experience_banks")
+        induced = {r[0] for r in wh.con.execute("SELECT entry_id FROM experience_bank_entries WHERE version = ? "
+                                                "AND entry_id LIKE 'sp-%'", [latest]).fetchall()}
+        config = CollectionConfig(mode=Mode.BPE, split="valid_seen", limit=2, engine="fast", bank_version=latest)
+        result = collect(config, wh, run_id="evolved")
+        banks = wh.con.execute("SELECT DISTINCT bank FROM episodes WHERE run_id = 'evolved'").fetchall()
+        seed_banks = wh.con.execute("SELECT DISTINCT bank FROM episodes WHERE mode = 'bpe' AND run_id = 'test'"
+                                    ).fetchall()
+        with pytest.raises(KeyError, match="No frozen version 99"):
+            collect(CollectionConfig(mode=Mode.BPE, split="valid_seen", limit=1, engine="fast", bank_version=99),
+                    wh, run_id="missing")
+    assert latest >= 1 and induced
+    assert result.written == 2 and banks == [(f"alfworld-seed@v{latest}",)]
+    assert seed_banks == [("alfworld-seed@v0",)]

@@ -219,6 +219,7 @@ def episode_row(record: EpisodeRecord, run_id: str, code_version: str) -> dict[s
         "finished_at": record.finished_at,
         "prompt_id": spec.prompt_id,
         "prompt_sha": spec.prompt_sha,
+        "bank": spec.bank or None,
         "engine": record.engine,
         "code_version": code_version,
         "run_id": run_id,

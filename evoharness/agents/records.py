@@ -22,10 +22,11 @@ class EpisodeSpec:
     max_steps: int
     prompt_id: str
     prompt_sha: str
+    bank: str = ""  # the frozen Experience bank version ("alfworld-seed@v0"); "" in react mode
 
     @property
     def episode_id(self) -> str:
-        key = {
+        key: dict[str, object] = {
             "teacher": self.teacher,
             "game_id": self.game.game_id,
             "seed": self.seed,
@@ -33,6 +34,8 @@ class EpisodeSpec:
             "mode": self.mode.value,
             "max_steps": self.max_steps,
         }
+        if self.bank:
+            key["bank"] = self.bank
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
 
 

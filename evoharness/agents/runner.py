@@ -13,14 +13,13 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 
 from evoharness.agents.records import EpisodeRecord, EpisodeSpec, StepRecord
 from evoharness.envs.alfworld import SEED_BANK
 from evoharness.envs.alfworld.belief import AlfworldBelief
 from evoharness.envs.pool import EnvPool, EnvWorkerError
 from evoharness.harness.budget import StepBudget
-from evoharness.harness.experience import ExperienceBank
+from evoharness.harness.experience import ExperienceBank, ExperienceBankData, load_bank_file
 from evoharness.harness.grammar import ActionKind, ParsedTurn, parse_turn
 from evoharness.harness.prompts import Mode, PromptSet
 from evoharness.harness.workspace import Workspace
@@ -36,7 +35,7 @@ class RunSettings:
 
     budget: StepBudget = field(default_factory=StepBudget)
     concurrency: int = 8
-    bank_path: Path = SEED_BANK
+    bank: ExperienceBankData = field(default_factory=lambda: load_bank_file(SEED_BANK))  # frozen version
     history_length: int = 10
 
     @property
@@ -59,7 +58,7 @@ async def run_episode(
     workspace = Workspace(
         mode=spec.mode,
         belief=AlfworldBelief(),
-        bank=ExperienceBank.from_file(settings.bank_path),
+        bank=ExperienceBank.fresh(settings.bank),
         budget=settings.budget,
         prompt_set=prompt_set,
         history_length=settings.history_length,

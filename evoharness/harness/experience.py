@@ -60,8 +60,13 @@ class ExperienceBankData(BaseModel):
     entries: list[ExperienceEntry] = Field(default_factory=list)
 
 
+def load_bank_file(path: Path) -> ExperienceBankData:
+    """A bank version stored as YAML (parsed once per process; treat the result as frozen)."""
+    return _parse_bank_file(path.resolve())
+
+
 @cache
-def _load_bank_file(path: Path) -> ExperienceBankData:
+def _parse_bank_file(path: Path) -> ExperienceBankData:
     return ExperienceBankData.model_validate(yaml.load(path.read_text(), Loader=_YAML_LOADER))
 
 
@@ -79,7 +84,12 @@ class ExperienceBank:
     @classmethod
     def from_file(cls, path: str | Path, top_k: int = 3) -> ExperienceBank:
         """A fresh bank (own usage counts) from a YAML file; the file is parsed once per process."""
-        return cls(_load_bank_file(Path(path).resolve()).model_copy(deep=True), top_k=top_k)
+        return cls.fresh(load_bank_file(Path(path)), top_k=top_k)
+
+    @classmethod
+    def fresh(cls, frozen: ExperienceBankData, top_k: int = 3) -> ExperienceBank:
+        """A bank for one episode: a private copy of a frozen version (usage counts start from it)."""
+        return cls(frozen.model_copy(deep=True), top_k=top_k)
 
     @property
     def version_label(self) -> str:
