@@ -115,6 +115,8 @@ def test_a_dead_worker_fails_its_episodes_instead_of_hanging(game) -> None:
         pool._procs[env.worker].kill()
         with pytest.raises(EnvWorkerError, match="died"):
             await asyncio.wait_for(env.step("look"), timeout=30)
+        with pytest.raises(EnvWorkerError, match="died"):  # later calls fail at once (broken pipe)
+            await asyncio.wait_for(env.step("look"), timeout=30)
 
     with EnvPool(workers=1, engine="textworld") as pool:
         asyncio.run(scenario(pool))

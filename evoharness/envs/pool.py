@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import multiprocessing as mp
-import queue
 import random
 import threading
 import traceback
 from collections import OrderedDict
 from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
 from typing import Any, Self
 
 from evoharness.envs.alfworld import GameRecord, make_env
@@ -76,17 +76,20 @@ class _EnvHost:
                 del self.idle[oldest_game]
 
 
-def _worker_main(engine: str, expert: bool, cache_size: int, requests: Any, responses: Any) -> None:
+def _worker_main(engine: str, expert: bool, cache_size: int, requests: Connection, responses: Connection) -> None:
     host = _EnvHost(engine, expert, cache_size)
     while True:
-        message = requests.get()
+        try:
+            message = requests.recv()
+        except EOFError:  # the parent is gone
+            break
         if message is None:
             break
         request_id, op, handle, payload = message
         try:
-            responses.put((request_id, True, host.handle(op, handle, payload)))
+            responses.send((request_id, True, host.handle(op, handle, payload)))
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller, with its traceback
-            responses.put((request_id, False, f"{exc!r}\n{traceback.format_exc()}"))
+            responses.send((request_id, False, f"{exc!r}\n{traceback.format_exc()}"))
 
 
 def default_workers(engine: str) -> int:
@@ -110,47 +113,51 @@ class EnvPool:
         self._load = [0] * max(workers, 1)
         self._lock = threading.Lock()
         self._procs: list[Any] = []
-        self._requests: list[Any] = []
+        self._requests: list[Connection] = []  # one private pipe pair per worker: no lock a dead worker can hold
+        self._responses: dict[Connection, int] = {}
+        self._closing = threading.Event()
         if workers:
             ctx = mp.get_context("spawn")
-            self._responses = ctx.Queue()
-            for _ in range(workers):
-                requests = ctx.Queue()
-                proc = ctx.Process(
-                    target=_worker_main, args=(self.engine, expert, cache_size, requests, self._responses), daemon=True
-                )
+            for worker in range(workers):
+                request_reader, request_writer = ctx.Pipe(duplex=False)
+                response_reader, response_writer = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=_worker_main, daemon=True,
+                                   args=(self.engine, expert, cache_size, request_reader, response_writer))
                 proc.start()
+                request_reader.close()  # the worker holds these ends now: a dead worker gives EOF / broken pipe
+                response_writer.close()
                 self._procs.append(proc)
-                self._requests.append(requests)
+                self._requests.append(request_writer)
+                self._responses[response_reader] = worker
             self._reader = threading.Thread(target=self._read_responses, daemon=True)
             self._reader.start()
 
     # -- plumbing -------------------------------------------------------------------------------------
     def _read_responses(self) -> None:
-        while True:
-            try:
-                message = self._responses.get(timeout=0.5)
-            except queue.Empty:
-                self._fail_dead_workers()
-                continue
-            if message is None:
-                return
-            request_id, ok, value = message
-            with self._lock:
-                entry = self._pending.pop(request_id, None)
-            if entry is None:
-                continue
-            loop, future, _ = entry
-            loop.call_soon_threadsafe(_settle, future, ok, value)
+        live = dict(self._responses)
+        while live and not self._closing.is_set():
+            for conn in wait(list(live), timeout=0.5):
+                assert isinstance(conn, Connection)
+                try:
+                    request_id, ok, value = conn.recv()
+                except (EOFError, OSError):
+                    self._fail_worker(live.pop(conn))
+                    continue
+                with self._lock:
+                    entry = self._pending.pop(request_id, None)
+                if entry is not None:
+                    loop, future, _ = entry
+                    loop.call_soon_threadsafe(_settle, future, ok, value)
+            for conn, worker in list(live.items()):
+                if not self._procs[worker].is_alive() and not conn.poll():
+                    self._fail_worker(live.pop(conn))
 
-    def _fail_dead_workers(self) -> None:
-        dead = {i for i, proc in enumerate(self._procs) if not proc.is_alive()}
-        if not dead:
-            return
+    def _fail_worker(self, worker: int) -> None:
+        """Fail every call in flight on a worker that died."""
         with self._lock:
-            lost = [rid for rid, (_, _, worker) in self._pending.items() if worker in dead]
+            lost = [rid for rid, (_, _, w) in self._pending.items() if w == worker]
             entries = [self._pending.pop(rid) for rid in lost]
-        for loop, future, worker in entries:
+        for loop, future, _ in entries:
             loop.call_soon_threadsafe(_settle, future, False, f"environment worker {worker} died")
 
     async def _call(self, worker: int, op: str, handle: int, payload: Any) -> Any:
@@ -164,7 +171,12 @@ class EnvPool:
         request_id = next(self._ids)
         with self._lock:
             self._pending[request_id] = (loop, future, worker)
-        self._requests[worker].put((request_id, op, handle, payload))
+        try:
+            self._requests[worker].send((request_id, op, handle, payload))
+        except OSError as exc:  # broken pipe: the worker is gone
+            with self._lock:
+                self._pending.pop(request_id, None)
+            raise EnvWorkerError(f"environment worker {worker} died ({exc!r})") from exc
         return await future
 
     # -- public API -----------------------------------------------------------------------------------
@@ -181,15 +193,23 @@ class EnvPool:
 
     def close(self) -> None:
         for requests in self._requests:
-            requests.put(None)
+            try:
+                requests.send(None)
+            except OSError:
+                pass  # that worker is already gone; nothing to stop
         for proc in self._procs:
             proc.join(timeout=10)
             if proc.is_alive():
                 proc.terminate()
+                proc.join(timeout=5)
+        self._closing.set()
         if self._procs:
-            self._responses.put(None)
             self._reader.join(timeout=10)
+        for conn in [*self._requests, *self._responses]:
+            conn.close()
         self._procs.clear()
+        self._requests.clear()
+        self._responses.clear()
 
     def __enter__(self) -> Self:
         return self
