@@ -12,18 +12,17 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from evoharness.consolidation.chat import ask_validated
 from evoharness.consolidation.config import LLMSettings
 from evoharness.consolidation.evolution import Edit
 from evoharness.harness.experience import Category, ExperienceBankData
 from evoharness.harness.prompts import PromptSet, load_prompt_set
-from evoharness.teachers.clients.base import ChatClient, ClientError
+from evoharness.teachers.clients.base import ChatClient
 from evoharness.teachers.registry import TeacherSpec
-from evoharness.teachers.retry import RetriesExhausted, with_retries
 
 PROMPT_ID = "consolidation/bank_edit"
 _FENCE_RE = re.compile(r"^```(?:json)?\s*|\s*```$", re.MULTILINE)
@@ -90,34 +89,16 @@ class LLMBankEditor:
     prompt_set: PromptSet = field(default_factory=lambda: load_prompt_set(PROMPT_ID))
 
     async def propose(self, bank: ExperienceBankData, lessons: list[str]) -> EditorResult:
-        result = EditorResult()
-        error: str | None = None
-        for _ in range(self.settings.max_attempts):
-            prompt = self.prompt_set.render({}, {
+        outcome = await ask_validated(
+            self.client, self.teacher, self.settings,
+            lambda error: self.prompt_set.render({}, {
                 "bank_label": f"{bank.bank_id} v{bank.version}", "entries": bank.entries, "lessons": lessons,
                 "error": error,
-            })
-            result.attempts += 1
-            try:
-                completion = await with_retries(
-                    partial(self.client.complete, prompt.messages(), max_tokens=self.settings.max_tokens,
-                            temperature=self.settings.temperature),
-                    self.teacher.retry, label=f"bank edit {bank.bank_id} v{bank.version}",
-                )
-            except (ClientError, RetriesExhausted) as exc:
-                result.failure = f"client: {getattr(exc, 'reason', exc)}"
-                break
-            if completion.input_tokens is not None:
-                result.input_tokens = (result.input_tokens or 0) + completion.input_tokens
-            if completion.output_tokens is not None:
-                result.output_tokens = (result.output_tokens or 0) + completion.output_tokens
-            try:
-                result.edits = parse_edits(completion.text, bank)
-            except EditorAnswerError as exc:
-                error = str(exc)
-                result.failure = f"invalid answer after {result.attempts} attempts: {error}"
-                continue
-            result.failure = None
-            break
-        result.cost_usd = self.teacher.cost_usd(result.input_tokens, result.output_tokens)
-        return result
+            }),
+            lambda text: parse_edits(text, bank), EditorAnswerError,
+            label=f"bank edit {bank.bank_id} v{bank.version}",
+        )
+        usage = outcome.usage
+        return EditorResult(edits=outcome.value or [], failure=outcome.failure, attempts=outcome.attempts,
+                            input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+                            cost_usd=usage.cost_usd)

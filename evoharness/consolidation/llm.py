@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
 from evoharness.consolidation.bank_editor import LLMBankEditor
+from evoharness.consolidation.chat import ask_validated
 from evoharness.consolidation.config import LLMSettings
 from evoharness.consolidation.plan import Annotation, PlannedTurn, env_turns
 from evoharness.consolidation.replay import Replay
@@ -24,9 +24,8 @@ from evoharness.consolidation.source import SourceEpisode
 from evoharness.harness.grammar import ActionKind
 from evoharness.harness.prompts import PromptSet, load_prompt_set
 from evoharness.teachers.clients import make_client
-from evoharness.teachers.clients.base import ChatClient, ClientError
+from evoharness.teachers.clients.base import ChatClient
 from evoharness.teachers.registry import TeacherRegistry, TeacherSpec
-from evoharness.teachers.retry import RetriesExhausted, with_retries
 
 PROMPT_ID = "consolidation/annotate"
 _FENCE_RE = re.compile(r"^```(?:json)?\s*|\s*```$", re.MULTILINE)
@@ -112,36 +111,18 @@ class LLMConsolidator:
     async def annotate(self, episode: SourceEpisode, replay: Replay) -> Annotation:
         steps = [{"index": i, "command": s.command, "observation": s.result.observation}
                  for i, s in enumerate(replay.steps)]
-        result = Annotation(attempts=0, input_tokens=None, output_tokens=None)
-        error: str | None = None
-        for attempt in range(self.settings.max_attempts):
-            prompt = self.prompt_set.render({}, {
+        outcome = await ask_validated(
+            self.client, self.teacher, self.settings,
+            lambda error: self.prompt_set.render({}, {
                 "objective": replay.first.objective, "task_type": episode.task_type, "won": episode.won,
                 "steps": steps, "error": error,
-            })
-            result.attempts += 1
-            messages = prompt.messages()
-            try:  # transient faults (429, 5xx, timeouts) are retried by the teacher's own retry policy
-                completion = await with_retries(
-                    partial(self.client.complete, messages, max_tokens=self.settings.max_tokens,
-                            temperature=self.settings.temperature),
-                    self.teacher.retry, label=f"consolidate {episode.episode_id[:8]}",
-                )
-            except (ClientError, RetriesExhausted) as exc:
-                result.failure = f"client: {getattr(exc, 'reason', exc)}"
-                break
-            if completion.input_tokens is not None:
-                result.input_tokens = (result.input_tokens or 0) + completion.input_tokens
-            if completion.output_tokens is not None:
-                result.output_tokens = (result.output_tokens or 0) + completion.output_tokens
-            try:
-                parsed = parse_annotation(completion.text, len(steps))
-            except AnnotationError as exc:
-                error = str(exc)
-                result.failure = f"invalid output after {result.attempts} attempts: {error}"
-                continue
-            result.failure = None
-            result.turns, result.lessons = merge_turns(parsed, replay), list(parsed.lessons)
-            break
-        result.cost_usd = self.teacher.cost_usd(result.input_tokens, result.output_tokens)
+            }),
+            lambda text: parse_annotation(text, len(steps)), AnnotationError,
+            label=f"consolidate {episode.episode_id[:8]}",
+        )
+        usage = outcome.usage
+        result = Annotation(attempts=outcome.attempts, input_tokens=usage.input_tokens,
+                            output_tokens=usage.output_tokens, cost_usd=usage.cost_usd, failure=outcome.failure)
+        if outcome.value is not None:
+            result.turns, result.lessons = merge_turns(outcome.value, replay), list(outcome.value.lessons)
         return result
