@@ -18,6 +18,7 @@ from evoharness.agents.records import EpisodeRecord, EpisodeSpec, StepRecord
 from evoharness.envs.alfworld import SEED_BANK
 from evoharness.envs.alfworld.belief import AlfworldBelief
 from evoharness.envs.pool import EnvPool, EnvWorkerError
+from evoharness.harness.belief import Belief
 from evoharness.harness.budget import StepBudget
 from evoharness.harness.experience import ExperienceBank, ExperienceBankData, load_bank_file
 from evoharness.harness.grammar import ActionKind, ParsedTurn, parse_turn
@@ -31,11 +32,12 @@ INVALID_FEEDBACK = "Invalid action ({reason}). Answer with <think>…</think><ac
 
 @dataclass(frozen=True)
 class RunSettings:
-    """How episodes are played: budget, concurrency and the harness's Experience bank."""
+    """How episodes are played: budget, concurrency, the frozen Experience bank and the domain's Belief."""
 
     budget: StepBudget = field(default_factory=StepBudget)
     concurrency: int = 8
     bank: ExperienceBankData = field(default_factory=lambda: load_bank_file(SEED_BANK))  # frozen version
+    belief_factory: Callable[[], Belief] = AlfworldBelief  # the domain's observation parser
     history_length: int = 10
 
     @property
@@ -57,7 +59,7 @@ async def run_episode(
     record = EpisodeRecord(spec=spec, engine=pool.engine, started_at=datetime.now(UTC))
     workspace = Workspace(
         mode=spec.mode,
-        belief=AlfworldBelief(),
+        belief=settings.belief_factory(),
         bank=ExperienceBank.fresh(settings.bank),
         budget=settings.budget,
         prompt_set=prompt_set,
