@@ -116,6 +116,7 @@ class EnvPool:
         self._requests: list[Connection] = []  # one private pipe pair per worker: no lock a dead worker can hold
         self._responses: dict[Connection, int] = {}
         self._closing = threading.Event()
+        self._dead: set[int] = set()
         if workers:
             ctx = mp.get_context("spawn")
             for worker in range(workers):
@@ -153,8 +154,9 @@ class EnvPool:
                     self._fail_worker(live.pop(conn))
 
     def _fail_worker(self, worker: int) -> None:
-        """Fail every call in flight on a worker that died."""
+        """Mark a worker dead and fail every call in flight on it (later calls fail at once)."""
         with self._lock:
+            self._dead.add(worker)
             lost = [rid for rid, (_, _, w) in self._pending.items() if w == worker]
             entries = [self._pending.pop(rid) for rid in lost]
         for loop, future, _ in entries:
@@ -169,7 +171,9 @@ class EnvPool:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         request_id = next(self._ids)
-        with self._lock:
+        with self._lock:  # registered under the lock that _fail_worker takes: no call can slip between them
+            if worker in self._dead:
+                raise EnvWorkerError(f"environment worker {worker} died")
             self._pending[request_id] = (loop, future, worker)
         try:
             self._requests[worker].send((request_id, op, handle, payload))
@@ -181,7 +185,10 @@ class EnvPool:
 
     # -- public API -----------------------------------------------------------------------------------
     async def open(self, game: GameRecord, seed: int) -> tuple[RemoteEnv, StepResult]:
-        worker = min(range(len(self._load)), key=self._load.__getitem__)
+        alive = [w for w in range(len(self._load)) if w not in self._dead]
+        if not alive:
+            raise EnvWorkerError("every environment worker died")
+        worker = min(alive, key=self._load.__getitem__)
         handle = next(self._ids)
         self._load[worker] += 1
         try:
