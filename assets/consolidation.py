@@ -16,11 +16,7 @@ from evoharness.consolidation.pipeline import consolidate
 from evoharness.reporting.charts import bar_chart_png, markdown_image, markdown_table
 from pipelines.partitions import teacher_partitions
 from pipelines.resources import AlfworldResource, WarehouseResource
-from warehouse import Warehouse, default_db_path
-
-
-def _db_path(warehouse: WarehouseResource) -> str:
-    return warehouse.path or str(default_db_path())
+from warehouse import Warehouse
 
 
 class ConsolidationRunConfig(dg.Config):
@@ -70,7 +66,7 @@ def bpe_examples(
     def on_progress(done: int, total: int, outcome) -> None:  # type: ignore[no-untyped-def]
         context.log.info("episode %d/%d %s %s", done, total, outcome.episode.game_id, outcome.failure or "ok")
 
-    db_path = _db_path(warehouse)
+    db_path = warehouse.db_path()
     result = consolidate(run_config, db_path, _consolidator(config, settings), context.run.run_id, on_progress)
     with Warehouse(db_path) as wh:
         columns, rows = wh.query("audit_quality_for", teacher=teacher, consolidator=config.consolidator)
@@ -105,7 +101,7 @@ def bpe_examples(
 def bpe_examples_quality(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource) -> dg.AssetCheckResult:
     teacher = context.partition_key if context.has_partition_key else "expert"
     thresholds = QualityThresholds()
-    with Warehouse(_db_path(warehouse)) as wh:
+    with warehouse.open() as wh:
         row = wh.con.execute("SELECT consolidator FROM consolidation_runs WHERE teacher = ? "
                              "ORDER BY started_at DESC LIMIT 1", [teacher]).fetchone()
         if row is None:

@@ -12,7 +12,6 @@ from evoharness.curation.config import CurationConfig
 from evoharness.reporting.charts import bar_chart_png, markdown_image, markdown_table
 from pipelines.partitions import teacher_partitions
 from pipelines.resources import WarehouseResource
-from warehouse import Warehouse, default_db_path
 
 
 class CurationRunConfig(dg.Config):
@@ -25,10 +24,6 @@ class CurationRunConfig(dg.Config):
     validation_fraction: float = Field(default=0.1, description="Share of games held out, by game.")
     balance_factor: float = Field(default=1.5, description="Cap per task type: factor × rarest type count.")
     output_dir: str | None = Field(default=None, description="None: <warehouse folder>/datasets.")
-
-
-def _db_path(warehouse: WarehouseResource) -> str:
-    return warehouse.path or str(default_db_path())
 
 
 @dg.asset(
@@ -45,7 +40,7 @@ def sft_dataset(context: dg.AssetExecutionContext, config: CurationRunConfig,
         max_tokens=config.max_tokens, tokenizer=config.tokenizer, validation_fraction=config.validation_fraction,
         balance_factor=config.balance_factor, output_dir=config.output_dir,
     )
-    with Warehouse(_db_path(warehouse)) as wh:
+    with warehouse.open() as wh:
         gate = quality_gate(wh, teacher, config.consolidator, QualityThresholds())
         if not gate.passed:
             raise dg.Failure(f"quality gate failed for {teacher}/{config.consolidator}: {'; '.join(gate.failures)}")
@@ -78,7 +73,7 @@ def sft_dataset_no_eval_games(context: dg.AssetCheckExecutionContext,
     import datasets
 
     teacher = context.partition_key if context.has_partition_key else "expert"
-    with Warehouse(_db_path(warehouse)) as wh:
+    with warehouse.open() as wh:
         row = wh.con.execute("SELECT dataset_id, path FROM datasets WHERE teacher = ? ORDER BY created_at DESC LIMIT 1",
                              [teacher]).fetchone()
         if row is None:

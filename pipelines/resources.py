@@ -15,8 +15,11 @@ class WarehouseResource(dg.ConfigurableResource):
 
     path: str = ""
 
+    def db_path(self) -> str:
+        return self.path or str(default_db_path())
+
     def open(self) -> Warehouse:
-        return Warehouse(self.path or default_db_path())
+        return Warehouse(self.db_path())
 
 
 class AlfworldResource(dg.ConfigurableResource):
