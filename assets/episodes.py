@@ -16,7 +16,7 @@ from pipelines.resources import AlfworldResource, WarehouseResource
 class CollectionRunConfig(dg.Config):
     """Run config of a collection: which games, how, and how much in parallel."""
 
-    split: str = Field(default="valid_seen", description=f"One of {', '.join(SPLITS)}.")
+    split: str = Field(default="train", description=f"One of {', '.join(SPLITS)}.")
     limit: int | None = Field(default=12, description="First N games of the split (None: all).")
     mode: str = Field(default="bpe", description="bpe or react.")
     seeds: list[int] = Field(default=[0], description="One episode per game and seed.")

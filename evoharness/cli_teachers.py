@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from evoharness.cli_common import DbOption, console, print_table
 from evoharness.harness.prompts import Mode
 from evoharness.teachers.registry import (
+    DEFAULT_DISTILL_GAMES,
     Provider,
     TeacherRegistry,
     TeacherSpec,
@@ -65,6 +66,8 @@ def add(
     prompt_template: Annotated[str, typer.Option(help="Prompt set id; {mode} is filled in.")] = "alfworld/{mode}",
     max_attempts: Annotated[int, typer.Option(help="Attempts per call before the episode fails.")] = 6,
     timeout: Annotated[float, typer.Option(help="Seconds per HTTP request.")] = 60.0,
+    distill_games: Annotated[int, typer.Option(help="Train games a distillation run collects on.")] = (
+        DEFAULT_DISTILL_GAMES),
     registry: RegistryOption = None,
     db: DbOption = None,
 ) -> None:
@@ -74,7 +77,7 @@ def add(
             name=name, provider=provider, model=model, base_url=base_url, api_key_env=api_key_env,
             price_in=price_in, price_out=price_out, max_concurrency=max_concurrency, temperature=temperature,
             max_tokens=max_tokens, mode=mode, prompt_template=prompt_template,
-            retry=RetryConfig(max_attempts=max_attempts, timeout_s=timeout),
+            retry=RetryConfig(max_attempts=max_attempts, timeout_s=timeout), distill_games=distill_games,
         )
     except ValidationError as exc:
         raise typer.BadParameter(validation_message(exc)) from None
@@ -101,7 +104,8 @@ def list_teachers(registry: RegistryOption = None) -> None:
         price = "-" if spec.price_in is None else f"${spec.price_in:g}/${spec.price_out:g} per Mtok"
         fields = [spec.name, spec.provider.value, spec.model or "-", spec.base_url or "-",
                   f"${spec.api_key_env}" if spec.api_key_env else "-", price,
-                  f"concurrency {spec.max_concurrency}", spec.mode.value]
+                  f"concurrency {spec.max_concurrency}", spec.mode.value,
+                  f"distill {spec.distill_games or 'all'} games"]
         console.print("  ".join(fields), soft_wrap=True, markup=False, highlight=False)
 
 

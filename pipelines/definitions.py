@@ -9,7 +9,7 @@ import assets.curation
 import assets.episodes
 import assets.games
 from pipelines.resources import AlfworldResource, WarehouseResource
-from pipelines.sensors import collect_teacher_job, new_teacher_sensor
+from pipelines.sensors import distill_teacher_job, new_teacher_sensor
 
 ASSET_MODULES = [assets.games, assets.episodes, assets.consolidation, assets.curation]
 
@@ -17,6 +17,6 @@ defs = dg.Definitions(
     assets=dg.load_assets_from_modules(ASSET_MODULES),
     asset_checks=dg.load_asset_checks_from_modules(ASSET_MODULES),
     resources={"warehouse": WarehouseResource(), "alfworld": AlfworldResource()},
-    jobs=[collect_teacher_job],
+    jobs=[distill_teacher_job],
     sensors=[new_teacher_sensor],
 )

@@ -1,9 +1,10 @@
-"""Sensors: a newly registered teacher becomes a collection run for its partition.
+"""Sensors: a newly registered teacher becomes a distillation run for its partition.
 
 A teacher "is new" when its registry entry (``teachers.yaml``) has no ``teacher_episodes``
-materialization. The sensor adds missing partition keys and requests one run per new teacher; the run
-key carries the entry's sha, so an edited entry is requested again but a failed run is not retried in a
-loop (rerun it from the UI; collection resumes where it stopped).
+materialization. The sensor adds missing partition keys and requests one ``distill_teacher`` run per new
+teacher: collection on ``distill_games`` train games, consolidation, curation, each gated by its blocking
+checks. The run key carries the entry's sha, so an edited entry is requested again but a failed run is
+not retried in a loop (rerun it from the UI; every stage resumes where it stopped).
 """
 
 from __future__ import annotations
@@ -15,23 +16,27 @@ from pipelines.partitions import TEACHER_PARTITIONS_NAME, teacher_partitions
 
 TEACHER_EPISODES = dg.AssetKey("teacher_episodes")
 
-collect_teacher_job = dg.define_asset_job(
-    "collect_teacher",
-    selection=dg.AssetSelection.assets(TEACHER_EPISODES),
-    description="Collect one teacher's episodes (the teacher is the partition).",
+DISTILLATION_ASSETS = (TEACHER_EPISODES, dg.AssetKey("bpe_examples"), dg.AssetKey("sft_dataset"))
+
+distill_teacher_job = dg.define_asset_job(
+    "distill_teacher",
+    selection=dg.AssetSelection.assets(*DISTILLATION_ASSETS),
+    description="One teacher (the partition) from episodes on train games to a curated SFT dataset.",
 )
 
 
-def collection_run_config(spec: TeacherSpec) -> dict:
-    """Run config of ``teacher_episodes`` for a teacher: its default mode and concurrency bound."""
-    return {"ops": {"teacher_episodes": {"config": {"mode": spec.mode.value, "concurrency": spec.max_concurrency}}}}
+def distillation_run_config(spec: TeacherSpec) -> dict:
+    """Run config of a teacher's distillation: its train-game budget, default mode and concurrency bound."""
+    collection = {"split": "train", "limit": spec.distill_games, "mode": spec.mode.value,
+                  "concurrency": spec.max_concurrency}
+    return {"ops": {"teacher_episodes": {"config": collection}}}
 
 
 @dg.sensor(
-    job=collect_teacher_job,
+    job=distill_teacher_job,
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Registry entries without teacher_episodes become collection runs of their partition.",
+    description="Registry entries without teacher_episodes become distillation runs of their partition.",
 )
 def new_teacher_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
     registry = TeacherRegistry.load()
@@ -42,7 +47,7 @@ def new_teacher_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         dg.RunRequest(
             partition_key=spec.name,
             run_key=f"{spec.name}@{spec.sha256[:16]}",
-            run_config=collection_run_config(spec),
+            run_config=distillation_run_config(spec),
             tags={"teacher": spec.name, "teacher_provider": spec.provider.value},
         )
         for spec in registry

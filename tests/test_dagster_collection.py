@@ -53,3 +53,28 @@ def test_materialize_games_and_expert_episodes(tmp_path: Path, alfworld_data: Pa
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.execute("SELECT count(*), count(DISTINCT run_id) FROM episodes").fetchone() == (2, 1)
         assert con.execute("SELECT count(*) FROM games").fetchone()[0] == 1174
+
+
+def test_distill_teacher_job_turns_a_teacher_into_a_dataset(tmp_path: Path, alfworld_data: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job the sensor requests runs collection on train games, consolidation and curation, gated by checks."""
+    from evoharness.teachers.registry import EXPERT
+    from pipelines.sensors import distillation_run_config
+
+    db = tmp_path / "warehouse.duckdb"
+    monkeypatch.setenv("EVOHARNESS_DB", str(db))
+    monkeypatch.setenv("ALFWORLD_DATA", str(alfworld_data))
+    run_config = distillation_run_config(EXPERT.model_copy(update={"distill_games": 6}))
+    with dg.instance_for_test() as instance:
+        register_teachers(instance)
+        result = defs.resolve_job_def("distill_teacher").execute_in_process(
+            run_config=run_config, instance=instance, partition_key="expert")
+    assert result.success
+    materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    assert materialized == {"teacher_episodes", "bpe_examples", "sft_dataset"}
+    checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
+    assert checks == {"teacher_episodes_integrity": True, "bpe_examples_quality": True,
+                      "sft_dataset_no_eval_games": True}
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("SELECT count(*), min(split), max(split) FROM episodes").fetchone() == (6, "train", "train")
+        assert con.execute("SELECT count(*) FROM datasets WHERE teacher = 'expert'").fetchone()[0] == 1

@@ -128,14 +128,16 @@ def test_sensor_requests_runs_for_new_teachers(tmp_path: Path, monkeypatch: pyte
     from pipelines.sensors import new_teacher_sensor
 
     path = tmp_path / "teachers.yaml"
-    registry = TeacherRegistry([spec(max_concurrency=12, mode="react")], path)
+    registry = TeacherRegistry([spec(max_concurrency=12, mode="react", distill_games=40)], path)
     registry.save()
     monkeypatch.setenv("EVOHARNESS_TEACHERS", str(path))
     with dg.instance_for_test() as instance:
         result = new_teacher_sensor(dg.build_sensor_context(instance=instance, definitions=defs))
         assert {r.partition_key for r in result.run_requests} == {"expert", "claude"}
         claude = next(r for r in result.run_requests if r.partition_key == "claude")
-        assert claude.run_config["ops"]["teacher_episodes"]["config"] == {"mode": "react", "concurrency": 12}
+        assert claude.run_config["ops"]["teacher_episodes"]["config"] == {
+            "split": "train", "limit": 40, "mode": "react", "concurrency": 12}
+        assert new_teacher_sensor.job_name == "distill_teacher"
         (added,) = result.dynamic_partitions_requests
         assert set(added.partition_keys) == {"expert", "claude"}
 

@@ -11,13 +11,15 @@ from warehouse import Warehouse
 from warehouse.db import migration_files
 
 
-def _record(game, status: str = "finished", won: bool = True, n_steps: int = 3) -> EpisodeRecord:
+def _record(game, status: str = "finished", won: bool = True, n_steps: int = 3, tokens: int | None = None,
+            ) -> EpisodeRecord:
     spec = EpisodeSpec("expert", game, Mode.BPE, seed=0, max_steps=70, prompt_id="alfworld/bpe", prompt_sha="abc")
     steps = [
         StepRecord(t=t, kind="env", action="look", argument=None, think="", raw_output="<action>look</action>",
                    parse_error=None, observation="obs", admissible=True, won=won and t == n_steps - 1,
                    done=won and t == n_steps - 1, score=0.0, prompt="p", prompt_id="alfworld/bpe", prompt_sha="abc",
-                   latency_ms=1.0)
+                   latency_ms=1.0, input_tokens=tokens, output_tokens=tokens,
+                   cost_usd=None if tokens is None else tokens / 1e6)
         for t in range(n_steps)
     ]
     now = datetime.now(UTC)
@@ -54,6 +56,29 @@ def test_failed_episode_is_replaced_by_a_later_attempt(warehouse: Warehouse, cat
     warehouse.write_episode(_record(game), run_id="r2", code_version="v")
     assert warehouse.con.execute("SELECT status, won, n_steps FROM episodes").fetchall() == [("finished", True, 3)]
     assert warehouse.con.execute("SELECT count(*) FROM steps").fetchone()[0] == 3
+
+
+def test_attempt_ledger_keeps_what_replaced_attempts_spent(warehouse: Warehouse, catalog) -> None:
+    game = catalog.games("valid_seen", limit=1)[0]
+    warehouse.write_episode(_record(game, status="failed", won=False, n_steps=2, tokens=100), "r1", "v")
+    warehouse.write_episode(_record(game, status="failed", won=False, n_steps=1, tokens=100), "r2", "v")
+    warehouse.write_episode(_record(game, n_steps=3, tokens=100), "r3", "v")
+    warehouse.write_episode(_record(game, n_steps=3, tokens=100), "r4", "v")  # already finished: no attempt
+    attempts = warehouse.con.execute(
+        "SELECT attempt, status, input_tokens, run_id FROM episode_attempts ORDER BY attempt").fetchall()
+    assert attempts == [(1, "failed", 200, "r1"), (2, "failed", 100, "r2"), (3, "finished", 300, "r3")]
+    columns, rows = warehouse.query("teacher_costs")
+    view = dict(zip(columns, rows[0], strict=True))
+    assert (view["episodes"], view["attempts"], view["won"]) == (1, 3, 1)
+    assert view["input_tokens"] == 600 and view["cost_usd"] == pytest.approx(600 / 1e6)
+    assert view["cost_per_success"] == pytest.approx(600 / 1e6)
+
+    # migration 025 backfills episodes stored before the ledger existed, and is safe to apply again
+    warehouse.con.execute("DELETE FROM episode_attempts")
+    warehouse.con.execute("DELETE FROM schema_version WHERE name = '025_episode_attempts.sql'")
+    assert warehouse.migrate() == ["025_episode_attempts.sql"]
+    assert warehouse.con.execute("SELECT attempt, status, input_tokens FROM episode_attempts").fetchall() == [
+        (1, "finished", 300)]
 
 
 def test_episode_write_is_atomic(warehouse: Warehouse, catalog) -> None:

@@ -179,7 +179,8 @@ class Warehouse:
 
     def write_episode(self, record: EpisodeRecord, run_id: str, code_version: str) -> bool:
         """Write an episode and its steps in one transaction. A finished episode already stored is kept
-        (returns False); a failed one is replaced by the new attempt."""
+        (returns False); a failed one is replaced by the new attempt. Every write also appends a row to the
+        ``episode_attempts`` ledger, so what a replaced attempt spent stays accounted."""
         episode_id = record.spec.episode_id
         with self.transaction():
             existing = self.con.execute("SELECT status FROM episodes WHERE episode_id = ?", [episode_id]).fetchone()
@@ -188,9 +189,17 @@ class Warehouse:
             if existing:
                 self.con.execute("DELETE FROM steps WHERE episode_id = ?", [episode_id])
                 self.con.execute("DELETE FROM episodes WHERE episode_id = ?", [episode_id])
-            self.insert("episodes", [episode_row(record, run_id, code_version)])
+            row = episode_row(record, run_id, code_version)
+            self.insert("episodes", [row])
             self.insert("steps", [{"episode_id": episode_id, **asdict(step)} for step in record.steps])
+            attempt = self.scalar("SELECT count(*) + 1 FROM episode_attempts WHERE episode_id = ?", [episode_id])
+            self.insert("episode_attempts", [{"attempt": attempt, **{k: row[k] for k in ATTEMPT_COLUMNS}}])
         return True
+
+
+ATTEMPT_COLUMNS = ("episode_id", "teacher", "mode", "status", "failure_reason", "won", "n_steps", "input_tokens",
+                   "output_tokens", "cost_usd", "started_at", "finished_at", "run_id")
+"""The ``episodes`` columns copied into the ``episode_attempts`` ledger on every write."""
 
 
 def episode_row(record: EpisodeRecord, run_id: str, code_version: str) -> dict[str, Any]:

@@ -28,6 +28,10 @@ ENV_VAR_RE = r"^[A-Z_][A-Z0-9_]*$"
 NAME_RE = r"^[a-z0-9][a-z0-9_.\-]{0,63}$"
 
 
+DEFAULT_DISTILL_GAMES = 500
+"""Train games per distillation run, as in the paper (its teacher played 500 train games)."""
+
+
 class Provider(StrEnum):
     ANTHROPIC = "anthropic"
     OPENAI = "openai"
@@ -58,6 +62,8 @@ class TeacherSpec(BaseModel):
     mode: Mode = Field(default=Mode.BPE, description="Default interface: bpe or react.")
     prompt_template: str = Field(default="alfworld/{mode}", description="Prompt set id; {mode} is filled in.")
     retry: RetryConfig = Field(default_factory=RetryConfig)
+    distill_games: int | None = Field(default=DEFAULT_DISTILL_GAMES, ge=1, description=(
+        "Train games a distillation run (sensor → distill_teacher job) collects on; None: every train game."))
 
     @field_validator("base_url")
     @classmethod
