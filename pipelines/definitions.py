@@ -8,10 +8,11 @@ import assets.consolidation
 import assets.curation
 import assets.episodes
 import assets.games
+import assets.training
 from pipelines.resources import AlfworldResource, WarehouseResource
 from pipelines.sensors import distill_teacher_job, new_teacher_sensor
 
-ASSET_MODULES = [assets.games, assets.episodes, assets.consolidation, assets.curation]
+ASSET_MODULES = [assets.games, assets.episodes, assets.consolidation, assets.curation, assets.training]
 
 defs = dg.Definitions(
     assets=dg.load_assets_from_modules(ASSET_MODULES),

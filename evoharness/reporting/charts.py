@@ -25,6 +25,25 @@ def bar_chart_png(labels: Sequence[str], values: Sequence[float], title: str, yl
         ax.set_ylim(*ylim)
     for i, value in enumerate(values):
         ax.text(i, value, f"{value:.2f}", ha="center", va="bottom", fontsize=8)
+    return _png(fig)
+
+
+def line_chart_png(series: dict[str, Sequence[tuple[float, float]]], title: str, xlabel: str, ylabel: str) -> bytes:
+    """One line per named series of (x, y) points, as PNG bytes (e.g. training and validation loss by step)."""
+    fig, ax = plt.subplots(figsize=(7, 3.5), dpi=100)
+    for name, points in series.items():
+        if points:
+            xs, ys = zip(*points, strict=True)
+            ax.plot(xs, ys, marker="o" if len(points) < 20 else None, markersize=3, label=name)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def _png(fig: plt.Figure) -> bytes:
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")

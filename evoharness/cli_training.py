@@ -1,0 +1,53 @@
+"""``evoharness sft``: train a student on a teacher's newest curated dataset from the command line."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from evoharness.cli_common import DbOption, console, print_table
+from evoharness.lineage import new_run_id
+from evoharness.training.model_versions import summary_row, train_sft_version
+from evoharness.training.sft import SFTSettings
+from evoharness.training.tiny_student import TINY
+from warehouse import Warehouse, default_db_path
+
+
+def sft_command(
+    teacher: Annotated[str, typer.Option(help="Teacher whose newest curated dataset to train on.")] = "expert",
+    base_model: Annotated[str, typer.Option(help=f"Hub id (e.g. Qwen/Qwen3-8B), local folder, or {TINY!r} "
+                                                 "(a tiny Qwen3 built here).")] = TINY,
+    epochs: Annotated[float | None, typer.Option(help="Passes over the training split [default: preset].")] = None,
+    learning_rate: Annotated[float | None, typer.Option(help="[default: preset]")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Examples per optimizer step [default: preset].")] = None,
+    max_length: Annotated[int | None, typer.Option(help="Tokens per example [default: 4096].")] = None,
+    lora_r: Annotated[int | None, typer.Option(help="LoRA rank, alpha = 2r; 0: full fine-tuning "
+                                                    "[default: 64 for a hub model, full for tiny].")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Stop after this many optimizer steps.")] = None,
+    models_dir: Annotated[str | None, typer.Option(help="[default: <warehouse folder>/models]")] = None,
+    db: DbOption = None,
+) -> None:
+    """Fine-tune a student with TRL (SFT) and record it as a model version (same dataset + settings: reused)."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    settings = SFTSettings.for_base(base_model, lora_r=lora_r, epochs=epochs, learning_rate=learning_rate,
+                                    batch_size=batch_size, max_length=max_length, max_steps=max_steps)
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.fields[loss]}")]
+    with Warehouse(db or default_db_path()) as wh, Progress(*columns, console=console) as progress:
+        task = progress.add_task("SFT steps", total=None, loss="")
+
+        def on_log(logs: dict[str, float], step: int, max_steps: int) -> None:
+            shown = " ".join(f"{k} {logs[k]:.3f}" for k in ("loss", "eval_loss") if k in logs)
+            progress.update(task, completed=step, total=max_steps)
+            if shown:
+                progress.update(task, loss=shown)
+
+        root = models_dir or str(wh.path.parent / "models")
+        version = train_sft_version(wh, teacher, settings, root, new_run_id(), on_log=on_log)
+    row = summary_row(version)
+    print_table(f"{version.model_version}{' (stored, reused)' if version.reused else ''} at {version.path}",
+                ["field", "value"], list(row.items()))

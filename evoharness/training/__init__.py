@@ -1,0 +1,1 @@
+"""Student training: the tiny local student builder and supervised fine-tuning with TRL."""

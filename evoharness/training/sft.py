@@ -1,0 +1,196 @@
+"""Supervised fine-tuning of a student on a curated dataset with TRL's ``SFTTrainer``.
+
+The curated dataset holds one rendered turn per example (system, user = the BPE prompt of that turn,
+assistant = the teacher's ``<think>…</think><action>…</action>``). It is trained in TRL's
+prompt-completion form, so the loss covers the assistant turn only with any chat template — the official
+Qwen3 one of a hub base as well as the tiny student's copy of it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from evoharness.training.tiny_student import TINY, TinyStudentSpec, build_tiny_student
+
+LogCallback = Callable[[dict[str, float], int, int], None]
+"""Called with (logged metrics, global step, max steps) at every Trainer log."""
+
+
+class LoraSettings(BaseModel):
+    """LoRA adapters (merged into the saved model after training)."""
+
+    r: int = Field(default=64, ge=1)
+    alpha: int = Field(default=128, ge=1)
+    dropout: float = Field(default=0.05, ge=0, lt=1)
+    target_modules: str | list[str] = "all-linear"
+
+
+class SFTSettings(BaseModel):
+    """What to train and how. The defaults are the paper's (LoRA r=64, α=128, lr 1e-5 cosine, batch 16,
+    length 4096, 4 epochs) for a hub base; :meth:`tiny` gives settings that make a tiny student learn."""
+
+    base_model: str = Field(default="Qwen/Qwen3-8B", description=f"Hub id, local folder, or {TINY!r}.")
+    tiny: TinyStudentSpec = Field(default_factory=TinyStudentSpec, description="Size, when base_model is tiny.")
+    lora: LoraSettings | None = Field(default_factory=LoraSettings, description="None: full fine-tuning.")
+    epochs: float = Field(default=4, gt=0)
+    learning_rate: float = Field(default=1e-5, gt=0)
+    lr_scheduler: str = "cosine"
+    warmup_ratio: float = Field(default=0.03, ge=0, lt=1, description="Share of steps spent warming up.")
+    batch_size: int = Field(default=16, ge=1, description="Examples per optimizer step.")
+    per_device_batch_size: int = Field(default=4, ge=1)
+    max_length: int = Field(default=4096, ge=16, description="Tokens per example; longer ones are truncated.")
+    seed: int = 0
+    bf16: bool = Field(default=False, description="bf16 mixed precision (GPUs only).")
+    logging_steps: int = Field(default=5, ge=1)
+    max_steps: int | None = Field(default=None, ge=1, description="Stop after this many optimizer steps.")
+
+    @classmethod
+    def tiny_student(cls, **overrides: Any) -> SFTSettings:
+        """Full fine-tuning of a tiny randomly initialised student: it needs a far larger step than LoRA."""
+        return cls(**({"base_model": TINY, "lora": None, "learning_rate": 3e-3, "batch_size": 8,
+                       "per_device_batch_size": 8, "warmup_ratio": 0.05} | overrides))
+
+    @classmethod
+    def for_base(cls, base_model: str, lora_r: int | None = None, **overrides: Any) -> SFTSettings:
+        """The preset of ``base_model`` with ``overrides`` (None values keep the preset); ``lora_r`` sets the LoRA
+        rank with alpha = 2r, 0 meaning full fine-tuning."""
+        given = {k: v for k, v in overrides.items() if v is not None}
+        if lora_r is not None:
+            given["lora"] = LoraSettings(r=lora_r, alpha=2 * lora_r) if lora_r else None
+        return cls.tiny_student(**given) if base_model == TINY else cls(base_model=base_model, **given)
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        return max(1, self.batch_size // self.per_device_batch_size)
+
+
+@dataclass
+class SFTResult:
+    """A trained student and how its training went."""
+
+    model_dir: str
+    base_model: str
+    train_examples: int
+    validation_examples: int
+    steps: int
+    train_loss: float | None
+    eval_loss: float | None
+    seconds: float
+    parameters: int
+    loss_history: list[tuple[int, float]] = field(default_factory=list)
+    eval_history: list[tuple[int, float]] = field(default_factory=list)
+
+
+def to_prompt_completion(example: dict[str, Any]) -> dict[str, Any]:
+    """``messages`` (…, assistant) → ``prompt`` (all but the last message) and ``completion`` (the last)."""
+    messages = example["messages"]
+    if not messages or messages[-1]["role"] != "assistant":
+        raise ValueError(f"example {example.get('episode_id')}/{example.get('turn')}: last message is not the "
+                         "assistant's")
+    return {"prompt": messages[:-1], "completion": messages[-1:]}
+
+
+def prepare_splits(dataset_path: str) -> tuple[Any, Any | None]:
+    """The curated dataset on disk as prompt-completion (train, validation or None when empty)."""
+    import datasets
+
+    loaded = datasets.load_from_disk(dataset_path)
+    if "train" not in loaded or len(loaded["train"]) == 0:
+        raise ValueError(f"{dataset_path}: no training examples")
+    keep = ["prompt", "completion"]
+    parts = {name: part.map(to_prompt_completion, remove_columns=[c for c in part.column_names if c not in keep])
+             for name, part in loaded.items() if len(part)}
+    return parts["train"], parts.get("validation")
+
+
+def corpus(dataset: Any) -> list[str]:
+    """Every message text of a prompt-completion split (for training a tiny student's tokenizer)."""
+    return [m["content"] for row in dataset for m in row["prompt"] + row["completion"]]
+
+
+def _base_model(settings: SFTSettings, train: Any, folder: Path) -> str:
+    if settings.base_model != TINY:
+        return settings.base_model
+    return str(build_tiny_student(folder, corpus(train), settings.tiny))
+
+
+def _log_forwarder(on_log: LogCallback) -> Any:
+    """A ``TrainerCallback`` that forwards every Trainer log to ``on_log`` (progress in Dagster, the CLI)."""
+    from transformers import TrainerCallback
+
+    class ForwardLogs(TrainerCallback):  # type: ignore[misc]
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
+                   **kwargs: Any) -> None:
+            if logs:
+                on_log(dict(logs), state.global_step, state.max_steps)
+
+    return ForwardLogs()
+
+
+def train_sft(dataset_path: str, output_dir: str | Path, settings: SFTSettings,
+              on_log: LogCallback | None = None) -> SFTResult:
+    """Fine-tune ``settings.base_model`` on the dataset at ``dataset_path``; the merged model and its tokenizer
+    are saved to ``<output_dir>/model``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
+    from trl import SFTConfig, SFTTrainer
+
+    output = Path(output_dir)
+    train, validation = prepare_splits(dataset_path)
+    base = _base_model(settings, train, output / "base")
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype="auto")
+    config = SFTConfig(
+        output_dir=str(output / "checkpoints"), num_train_epochs=settings.epochs, max_steps=settings.max_steps or -1,
+        learning_rate=settings.learning_rate, lr_scheduler_type=settings.lr_scheduler,
+        warmup_steps=settings.warmup_ratio, per_device_train_batch_size=settings.per_device_batch_size,
+        per_device_eval_batch_size=settings.per_device_batch_size,
+        gradient_accumulation_steps=settings.gradient_accumulation_steps, max_length=settings.max_length,
+        completion_only_loss=True, bf16=settings.bf16, seed=settings.seed, logging_steps=settings.logging_steps,
+        logging_first_step=True,
+        eval_strategy="epoch" if validation is not None else "no", save_strategy="no", report_to="none",
+        disable_tqdm=True, dataloader_pin_memory=torch.cuda.is_available(),
+    )
+    trainer = SFTTrainer(model=model, args=config, train_dataset=train, eval_dataset=validation,
+                         processing_class=tokenizer, peft_config=_peft_config(settings))
+    if on_log is not None:  # logs go to on_log instead of stdout
+        trainer.remove_callback(PrinterCallback)
+        trainer.add_callback(_log_forwarder(on_log))
+    started = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - started
+    if validation is not None and not any("eval_loss" in h for h in trainer.state.log_history):
+        trainer.evaluate()  # max_steps ended training before an epoch boundary
+    trained: Any = trainer.model.merge_and_unload() if settings.lora is not None else trainer.model  # type: ignore[union-attr, operator]
+    model_dir = output / "model"
+    trained.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    history = trainer.state.log_history
+    losses = [(int(h["step"]), float(h["loss"])) for h in history if "loss" in h]
+    evals = [(int(h["step"]), float(h["eval_loss"])) for h in history if "eval_loss" in h]
+    result = SFTResult(
+        model_dir=str(model_dir), base_model=settings.base_model, train_examples=len(train),
+        validation_examples=0 if validation is None else len(validation), steps=trainer.state.global_step,
+        train_loss=losses[-1][1] if losses else None, eval_loss=evals[-1][1] if evals else None, seconds=seconds,
+        parameters=sum(p.numel() for p in trained.parameters()), loss_history=losses, eval_history=evals,
+    )
+    (model_dir / "evoharness_sft.json").write_text(json.dumps({"settings": settings.model_dump(mode="json"),
+                                                               "dataset": dataset_path, "steps": result.steps}))
+    return result
+
+
+def _peft_config(settings: SFTSettings) -> Any:
+    if settings.lora is None:
+        return None
+    from peft import LoraConfig
+
+    lora = settings.lora
+    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                      target_modules=lora.target_modules, task_type="CAUSAL_LM")

@@ -1,0 +1,121 @@
+"""SFT with TRL on a tiny Qwen3 student: prompt-completion data, learning, LoRA merge, model versions, Dagster."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from evoharness.consolidation.config import ConsolidationConfig
+from evoharness.consolidation.pipeline import consolidate
+from evoharness.consolidation.rules import RuleConsolidator
+from evoharness.curation.build import curate
+from evoharness.curation.config import CurationConfig
+from evoharness.harness.grammar import parse_turn
+from evoharness.teachers.clients.local_hf import LocalHFClient
+from evoharness.training.model_versions import train_sft_version
+from evoharness.training.sft import LoraSettings, SFTSettings, prepare_splits, to_prompt_completion, train_sft
+from tests.test_consolidation import make_episodes
+from warehouse import Warehouse
+
+FAST = {"max_steps": 12, "logging_steps": 2, "max_length": 2048}
+
+
+@pytest.fixture(scope="module")
+def curated(tmp_path_factory: pytest.TempPathFactory, alfworld_data: Path) -> tuple[Path, str]:
+    """A warehouse with expert episodes on 6 train games, consolidated and curated; (db, dataset path)."""
+    folder = tmp_path_factory.mktemp("sft")
+    db = folder / "w.duckdb"
+    make_episodes(db, games=6)
+    consolidate(ConsolidationConfig(engine="fast", workers=0), db, RuleConsolidator(), "t")
+    with Warehouse(db) as wh:
+        dataset = curate(wh, CurationConfig(output_dir=str(folder / "datasets")), "t")
+    assert dataset.n_train > 20 and dataset.n_validation > 0
+    return db, dataset.path
+
+
+def test_examples_become_prompt_and_completion(curated: tuple[Path, str]) -> None:
+    train, validation = prepare_splits(curated[1])
+    assert train.column_names == ["prompt", "completion"] and validation is not None
+    row = train[0]
+    assert [m["role"] for m in row["prompt"]] == ["system", "user"]
+    assert [m["role"] for m in row["completion"]] == ["assistant"]
+    assert parse_turn(row["completion"][0]["content"]).error is None
+    with pytest.raises(ValueError, match="not the assistant"):
+        to_prompt_completion({"messages": [{"role": "user", "content": "hi"}]})
+
+
+def test_tiny_student_learns_and_plays(curated: tuple[Path, str], tmp_path: Path) -> None:
+    logs: list[tuple[int, dict[str, float]]] = []
+    result = train_sft(curated[1], tmp_path, SFTSettings.tiny_student(**FAST),
+                       on_log=lambda entry, step, _: logs.append((step, entry)))
+    assert result.steps == 12 and [s for s, _ in result.loss_history] == [1, 2, 4, 6, 8, 10, 12]
+    assert result.loss_history[-1][1] < result.loss_history[0][1] - 1.0  # a random init starts near ln(vocab)
+    assert result.eval_loss is not None and result.eval_loss < result.loss_history[0][1]
+    assert any("loss" in entry for _, entry in logs)  # progress reached the callback
+    template = (Path(result.model_dir) / "tokenizer_config.json").read_text() + "".join(
+        p.read_text() for p in Path(result.model_dir).glob("*.jinja"))
+    assert "<|im_start|>" in template and "enable_thinking" in template  # the official Qwen3 chat format
+    meta = json.loads((Path(result.model_dir) / "evoharness_sft.json").read_text())
+    assert meta["settings"]["base_model"] == "tiny" and meta["steps"] == 12
+
+    # the trained folder is a model the local client can play with
+    client = LocalHFClient(result.model_dir)
+    completion = asyncio.run(client.complete(
+        [{"role": "system", "content": "s"}, {"role": "user", "content": "Your task is to: put a mug in desk."}],
+        max_tokens=16, temperature=None))
+    assert completion.output_tokens and completion.output_tokens <= 16
+
+
+def test_lora_adapters_are_merged_into_the_saved_model(curated: tuple[Path, str], tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    settings = SFTSettings.tiny_student(lora=LoraSettings(r=4, alpha=8), max_steps=2, logging_steps=1,
+                                        max_length=1024)
+    result = train_sft(curated[1], tmp_path, settings)
+    saved = AutoModelForCausalLM.from_pretrained(result.model_dir)
+    assert not any("lora" in name for name, _ in saved.named_parameters())
+    base = AutoModelForCausalLM.from_pretrained(tmp_path / "base")
+    assert sum(p.numel() for p in saved.parameters()) == sum(p.numel() for p in base.parameters())
+    assert result.steps == 2
+
+
+def test_model_version_is_recorded_and_reused(curated: tuple[Path, str], tmp_path: Path) -> None:
+    db = curated[0]
+    settings = SFTSettings.tiny_student(max_steps=2, logging_steps=1, max_length=1024)
+    with Warehouse(db) as wh:
+        first = train_sft_version(wh, "expert", settings, tmp_path, "r1")
+        again = train_sft_version(wh, "expert", settings, tmp_path, "r2")
+        other = train_sft_version(wh, "expert", settings.model_copy(update={"seed": 1}), tmp_path, "r3")
+        rows = wh.con.execute("SELECT model_version, stage, dataset_id, steps, run_id FROM model_versions "
+                              "ORDER BY created_at").fetchall()
+    assert not first.reused and again.reused and not other.reused
+    assert again.model_version == first.model_version != other.model_version
+    assert again.result.loss_history == first.result.loss_history
+    assert [(r[0], r[1], r[3], r[4]) for r in rows] == [(first.model_version, "sft", 2, "r1"),
+                                                         (other.model_version, "sft", 2, "r3")]
+    with Warehouse(db) as wh, pytest.raises(LookupError, match="No curated dataset"):
+        train_sft_version(wh, "nobody", settings, tmp_path, "r4")
+
+
+def test_dagster_sft_student(curated: tuple[Path, str], tmp_path: Path) -> None:
+    import assets.training as at
+    from pipelines.partitions import register_teachers
+    from pipelines.resources import WarehouseResource
+
+    instance = dg.DagsterInstance.ephemeral()
+    register_teachers(instance)
+    run_config = {"ops": {"sft_student": {"config": {"max_steps": 4, "max_length": 1024,
+                                                     "models_dir": str(tmp_path)}}}}
+    result = dg.materialize([at.sft_student], instance=instance, partition_key="expert", run_config=run_config,
+                            resources={"warehouse": WarehouseResource(path=str(curated[0]))})
+    assert result.success
+    metadata = result.get_asset_materialization_events()[0].materialization.metadata
+    assert metadata["steps"].value == 4 and metadata["model_version"].value.startswith("expert-sft-")
+    assert "data:image/png;base64," in metadata["loss_curve"].value
+    checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
+    assert checks == {"sft_student_learned": True}
+    assert Path(metadata["path"].value, "config.json").exists()
