@@ -9,7 +9,7 @@ from evoharness.reporting.charts import line_chart_png, markdown_image, markdown
 from evoharness.training.model_versions import summary_row, train_sft_version
 from evoharness.training.sft import SFTResult, SFTSettings
 from evoharness.training.tiny_student import TINY
-from pipelines.partitions import teacher_partitions
+from pipelines.partitions import register_model_version, teacher_partitions
 from pipelines.resources import WarehouseResource
 
 
@@ -57,6 +57,7 @@ def sft_student(context: dg.AssetExecutionContext, config: SFTRunConfig,
     with warehouse.open() as wh:
         models_root = config.models_dir or str(wh.path.parent / "models")
         version = train_sft_version(wh, teacher, settings, models_root, context.run.run_id, on_log=on_log)
+    register_model_version(context.instance, version.model_version)
     result = version.result
     row = summary_row(version)
     chart = line_chart_png({"train loss": result.loss_history, "validation loss": result.eval_history},

@@ -1,13 +1,15 @@
-"""``evoharness sft``: train a student on a teacher's newest curated dataset from the command line."""
+"""``evoharness sft | evaluate``: train a student model version, and play it on the evaluation splits."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from evoharness.cli_common import DbOption, console, print_table
+from evoharness.evaluation.run import EVAL_SPLITS, EvaluationConfig, evaluate
+from evoharness.harness.prompts import Mode
 from evoharness.lineage import new_run_id
 from evoharness.training.model_versions import summary_row, train_sft_version
 from evoharness.training.sft import SFTSettings
@@ -51,3 +53,35 @@ def sft_command(
     row = summary_row(version)
     print_table(f"{version.model_version}{' (stored, reused)' if version.reused else ''} at {version.path}",
                 ["field", "value"], list(row.items()))
+
+
+def evaluate_command(
+    model_version: Annotated[str, typer.Option(help="A trained model version (see the model_versions table).")],
+    split: Annotated[list[str] | None, typer.Option(help="Evaluation split (repeatable). [default: valid_seen "
+                                                          "and valid_unseen]")] = None,
+    limit: Annotated[int | None, typer.Option(help="First N games per split [default: the full split].")] = None,
+    mode: Annotated[Mode, typer.Option(help="bpe or react.")] = Mode.BPE,
+    max_steps: Annotated[int, typer.Option(help="Step budget per episode.")] = 70,
+    max_tokens: Annotated[int, typer.Option(help="Completion tokens per turn.")] = 128,
+    concurrency: Annotated[int, typer.Option(help="Episodes in flight.")] = 4,
+    engine: Annotated[str | None, typer.Option(help="textworld or fast (default: the library default).")] = None,
+    db: DbOption = None,
+) -> None:
+    """Play a model version on the evaluation splits (resumable) and print it beside its teacher."""
+    config = EvaluationConfig(model_version=model_version, splits=tuple(split or EVAL_SPLITS), limit=limit,
+                              mode=mode, max_steps=max_steps, max_tokens=max_tokens, concurrency=concurrency,
+                              engine=engine)
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+    with Warehouse(db or default_db_path()) as wh, Progress(*columns, console=console) as progress:
+        tasks: dict[str, TaskID] = {}
+
+        def on_progress(split_name: str, done: int, total: int, record: object) -> None:
+            if split_name not in tasks:
+                tasks[split_name] = progress.add_task(f"{split_name} episodes", total=total)
+            progress.update(tasks[split_name], completed=done)
+
+        try:
+            result = evaluate(wh, config, new_run_id(), on_progress=on_progress)
+        except LookupError as exc:
+            raise typer.BadParameter(str(exc)) from exc
+    print_table(f"{model_version} ({mode.value}) beside its teacher", result.columns, result.rows)

@@ -156,9 +156,11 @@ def collect(
     warehouse: Warehouse,
     run_id: str,
     on_progress: Callable[[int, int, EpisodeRecord], None] | None = None,
+    registry: TeacherRegistry | None = None,
 ) -> CollectionResult:
-    """Run the episodes of ``config`` not yet finished in ``warehouse``; write each as it completes."""
-    registry = TeacherRegistry.load(config.teachers_file)
+    """Run the episodes of ``config`` not yet finished in ``warehouse``; write each as it completes.
+    ``registry`` defaults to the teacher registry file; evaluation passes one holding a student."""
+    registry = registry or TeacherRegistry.load(config.teachers_file)
     teacher = registry.get(config.teacher)
     policy = build_policy(config.teacher, config.mode, registry)  # fails fast on a missing key
     bank = episode_bank(config, warehouse)

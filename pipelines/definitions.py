@@ -7,17 +7,24 @@ import dagster as dg
 import assets.consolidation
 import assets.curation
 import assets.episodes
+import assets.evaluation
 import assets.games
 import assets.training
 from pipelines.resources import AlfworldResource, WarehouseResource
-from pipelines.sensors import distill_teacher_job, new_teacher_sensor
+from pipelines.sensors import (
+    distill_teacher_job,
+    evaluate_student_job,
+    new_model_version_sensor,
+    new_teacher_sensor,
+)
 
-ASSET_MODULES = [assets.games, assets.episodes, assets.consolidation, assets.curation, assets.training]
+ASSET_MODULES = [assets.games, assets.episodes, assets.consolidation, assets.curation, assets.training,
+                 assets.evaluation]
 
 defs = dg.Definitions(
     assets=dg.load_assets_from_modules(ASSET_MODULES),
     asset_checks=dg.load_asset_checks_from_modules(ASSET_MODULES),
     resources={"warehouse": WarehouseResource(), "alfworld": AlfworldResource()},
-    jobs=[distill_teacher_job],
-    sensors=[new_teacher_sensor],
+    jobs=[distill_teacher_job, evaluate_student_job],
+    sensors=[new_teacher_sensor, new_model_version_sensor],
 )

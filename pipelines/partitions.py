@@ -1,4 +1,4 @@
-"""Partitions: one per teacher model (dynamic; registering a teacher adds its key)."""
+"""Partitions: one per teacher model and one per student model version (both dynamic)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ import dagster as dg
 TEACHER_PARTITIONS_NAME = "teacher"
 DEFAULT_TEACHERS: tuple[str, ...] = ("expert",)
 
+MODEL_VERSION_PARTITIONS_NAME = "model_version"
+
 teacher_partitions = dg.DynamicPartitionsDefinition(name=TEACHER_PARTITIONS_NAME)
+model_version_partitions = dg.DynamicPartitionsDefinition(name=MODEL_VERSION_PARTITIONS_NAME)
 
 
 def register_teachers(instance: dg.DagsterInstance, names: tuple[str, ...] = DEFAULT_TEACHERS) -> list[str]:
@@ -17,3 +20,11 @@ def register_teachers(instance: dg.DagsterInstance, names: tuple[str, ...] = DEF
     if new:
         instance.add_dynamic_partitions(TEACHER_PARTITIONS_NAME, new)
     return new
+
+
+def register_model_version(instance: dg.DagsterInstance, model_version: str) -> bool:
+    """Add a trained model version's partition key (evaluation runs per version); True when it was new."""
+    if instance.has_dynamic_partition(MODEL_VERSION_PARTITIONS_NAME, model_version):
+        return False
+    instance.add_dynamic_partitions(MODEL_VERSION_PARTITIONS_NAME, [model_version])
+    return True

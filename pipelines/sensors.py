@@ -1,4 +1,4 @@
-"""Sensors: a newly registered teacher becomes a distillation run for its partition.
+"""Sensors: a newly registered teacher becomes a distillation run; a new model version, an evaluation.
 
 A teacher "is new" when its registry entry (``teachers.yaml``) has no ``teacher_episodes``
 materialization. The sensor adds missing partition keys and requests one ``distill_teacher`` run per new
@@ -12,7 +12,7 @@ from __future__ import annotations
 import dagster as dg
 
 from evoharness.teachers.registry import TeacherRegistry, TeacherSpec
-from pipelines.partitions import TEACHER_PARTITIONS_NAME, teacher_partitions
+from pipelines.partitions import MODEL_VERSION_PARTITIONS_NAME, TEACHER_PARTITIONS_NAME, teacher_partitions
 
 TEACHER_EPISODES = dg.AssetKey("teacher_episodes")
 
@@ -59,3 +59,28 @@ def new_teacher_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         run_requests=requests,
         dynamic_partitions_requests=[teacher_partitions.build_add_request(missing)] if missing else [],
     )
+
+
+STUDENT_EVALUATION = dg.AssetKey("student_evaluation")
+
+evaluate_student_job = dg.define_asset_job(
+    "evaluate_student",
+    selection=dg.AssetSelection.assets(STUDENT_EVALUATION),
+    description="Play one model version (the partition) on the evaluation splits.",
+)
+
+
+@dg.sensor(
+    job=evaluate_student_job,
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Model versions without student_evaluation become evaluation runs of their partition.",
+)
+def new_model_version_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+    versions = context.instance.get_dynamic_partitions(MODEL_VERSION_PARTITIONS_NAME)
+    evaluated = context.instance.get_materialized_partitions(STUDENT_EVALUATION)
+    requests = [dg.RunRequest(partition_key=version, run_key=version, tags={"model_version": version})
+                for version in versions if version not in evaluated]
+    if not requests:
+        return dg.SensorResult(skip_reason="every model version has an evaluation")
+    return dg.SensorResult(run_requests=requests)

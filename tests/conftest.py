@@ -33,3 +33,32 @@ def warehouse(tmp_path: Path):
 
     with Warehouse(tmp_path / "test.duckdb") as wh:
         yield wh
+
+
+@pytest.fixture(scope="session")
+def curated(tmp_path_factory: pytest.TempPathFactory, alfworld_data: Path) -> tuple[Path, str]:
+    """A warehouse with expert episodes on 6 train games, consolidated and curated; (db, dataset path)."""
+    from evoharness.consolidation.config import ConsolidationConfig
+    from evoharness.consolidation.pipeline import consolidate
+    from evoharness.consolidation.rules import RuleConsolidator
+    from evoharness.curation.build import curate
+    from evoharness.curation.config import CurationConfig
+    from tests.test_consolidation import make_episodes
+    from warehouse import Warehouse
+
+    folder = tmp_path_factory.mktemp("sft")
+    db = folder / "w.duckdb"
+    make_episodes(db, games=6)
+    consolidate(ConsolidationConfig(engine="fast", workers=0), db, RuleConsolidator(), "t")
+    with Warehouse(db) as wh:
+        dataset = curate(wh, CurationConfig(output_dir=str(folder / "datasets")), "t")
+    assert dataset.n_train > 20 and dataset.n_validation > 0
+    return db, dataset.path
+
+
+@pytest.fixture()
+def curated_db(curated: tuple[Path, str], tmp_path: Path) -> Path:
+    """A private copy of the ``curated`` warehouse, for tests that write to it."""
+    import shutil
+
+    return Path(shutil.copy(curated[0], tmp_path / "curated.duckdb"))

@@ -9,32 +9,13 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from evoharness.consolidation.config import ConsolidationConfig
-from evoharness.consolidation.pipeline import consolidate
-from evoharness.consolidation.rules import RuleConsolidator
-from evoharness.curation.build import curate
-from evoharness.curation.config import CurationConfig
 from evoharness.harness.grammar import parse_turn
 from evoharness.teachers.clients.local_hf import LocalHFClient
 from evoharness.training.model_versions import train_sft_version
 from evoharness.training.sft import LoraSettings, SFTSettings, prepare_splits, to_prompt_completion, train_sft
-from tests.test_consolidation import make_episodes
 from warehouse import Warehouse
 
 FAST = {"max_steps": 12, "logging_steps": 2, "max_length": 2048}
-
-
-@pytest.fixture(scope="module")
-def curated(tmp_path_factory: pytest.TempPathFactory, alfworld_data: Path) -> tuple[Path, str]:
-    """A warehouse with expert episodes on 6 train games, consolidated and curated; (db, dataset path)."""
-    folder = tmp_path_factory.mktemp("sft")
-    db = folder / "w.duckdb"
-    make_episodes(db, games=6)
-    consolidate(ConsolidationConfig(engine="fast", workers=0), db, RuleConsolidator(), "t")
-    with Warehouse(db) as wh:
-        dataset = curate(wh, CurationConfig(output_dir=str(folder / "datasets")), "t")
-    assert dataset.n_train > 20 and dataset.n_validation > 0
-    return db, dataset.path
 
 
 def test_examples_become_prompt_and_completion(curated: tuple[Path, str]) -> None:
@@ -83,8 +64,8 @@ def test_lora_adapters_are_merged_into_the_saved_model(curated: tuple[Path, str]
     assert result.steps == 2
 
 
-def test_model_version_is_recorded_and_reused(curated: tuple[Path, str], tmp_path: Path) -> None:
-    db = curated[0]
+def test_model_version_is_recorded_and_reused(curated_db: Path, tmp_path: Path) -> None:
+    db = curated_db
     settings = SFTSettings.tiny_student(max_steps=2, logging_steps=1, max_length=1024)
     with Warehouse(db) as wh:
         first = train_sft_version(wh, "expert", settings, tmp_path, "r1")
@@ -101,7 +82,7 @@ def test_model_version_is_recorded_and_reused(curated: tuple[Path, str], tmp_pat
         train_sft_version(wh, "nobody", settings, tmp_path, "r4")
 
 
-def test_dagster_sft_student(curated: tuple[Path, str], tmp_path: Path) -> None:
+def test_dagster_sft_student(curated_db: Path, tmp_path: Path) -> None:
     import assets.training as at
     from pipelines.partitions import register_teachers
     from pipelines.resources import WarehouseResource
@@ -111,7 +92,7 @@ def test_dagster_sft_student(curated: tuple[Path, str], tmp_path: Path) -> None:
     run_config = {"ops": {"sft_student": {"config": {"max_steps": 4, "max_length": 1024,
                                                      "models_dir": str(tmp_path)}}}}
     result = dg.materialize([at.sft_student], instance=instance, partition_key="expert", run_config=run_config,
-                            resources={"warehouse": WarehouseResource(path=str(curated[0]))})
+                            resources={"warehouse": WarehouseResource(path=str(curated_db))})
     assert result.success
     metadata = result.get_asset_materialization_events()[0].materialization.metadata
     assert metadata["steps"].value == 4 and metadata["model_version"].value.startswith("expert-sft-")

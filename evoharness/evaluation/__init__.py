@@ -1,0 +1,1 @@
+"""Evaluation of student model versions on the evaluation splits, stored like any policy's episodes."""

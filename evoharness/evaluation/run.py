@@ -1,0 +1,88 @@
+"""Play a student model version on the evaluation splits and summarise it next to its teacher.
+
+A student plays through the same runner, environment and harness as a teacher: it is wrapped as a
+``local_hf`` policy named after its model version, so its episodes, steps and harness calls land in the
+warehouse like any teacher's, and the ``policy_evaluation`` view reads both side by side. Bpe-mode
+students recall from the frozen Experience bank version their training dataset recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, Field
+
+from evoharness.agents.records import EpisodeRecord
+from evoharness.collection import CollectionConfig, CollectionResult, collect
+from evoharness.harness.prompts import Mode
+from evoharness.teachers.registry import Provider, TeacherRegistry, TeacherSpec
+from warehouse import Warehouse
+
+EVAL_SPLITS = ("valid_seen", "valid_unseen")
+
+
+class EvaluationConfig(BaseModel):
+    """How a model version is evaluated. Greedy decoding by default (``temperature`` None)."""
+
+    model_version: str
+    splits: tuple[str, ...] = EVAL_SPLITS
+    limit: int | None = Field(default=None, description="First N games per split (None: the full split).")
+    mode: Mode = Mode.BPE
+    max_steps: int = Field(default=70, ge=1)
+    max_tokens: int = Field(default=128, ge=1, description="Completion tokens per turn.")
+    temperature: float | None = None
+    concurrency: int = Field(default=4, ge=1, description="Episodes in flight (generation itself is serial).")
+    engine: str | None = None
+    workers: int | None = None
+    data_root: str | None = None
+
+
+@dataclass
+class EvaluationResult:
+    model_version: str
+    by_split: dict[str, CollectionResult]
+    columns: list[str] = field(default_factory=list)
+    rows: list[tuple] = field(default_factory=list)  # policy_evaluation rows of the student and its teacher
+
+    def success_rate(self, split: str) -> float | None:
+        """The student's overall success on ``split`` (None when it played no episode there)."""
+        index = {c: i for i, c in enumerate(self.columns)}
+        for row in self.rows:
+            if row[index["policy"]] == self.model_version and row[index["split"]] == split \
+                    and row[index["task_type"]] == "ALL":
+                return float(row[index["success_rate"]])
+        return None
+
+
+def student_policy(wh: Warehouse, config: EvaluationConfig) -> tuple[TeacherSpec, int | None]:
+    """The model version as a local policy, and the Experience bank version of its training dataset."""
+    row = wh.con.execute(
+        "SELECT m.path, d.bank_version FROM model_versions m JOIN datasets d USING (dataset_id) "
+        "WHERE m.model_version = ?", [config.model_version]).fetchone()
+    if row is None:
+        raise LookupError(f"Unknown model version {config.model_version!r}: train it first (sft_student / "
+                          "`evoharness sft`).")
+    spec = TeacherSpec(name=config.model_version, provider=Provider.LOCAL_HF, model=row[0], price_in=0.0,
+                       price_out=0.0, max_concurrency=config.concurrency, max_tokens=config.max_tokens,
+                       temperature=config.temperature, mode=config.mode, distill_games=None)
+    return spec, row[1]
+
+
+def evaluate(wh: Warehouse, config: EvaluationConfig, run_id: str,
+             on_progress: Callable[[str, int, int, EpisodeRecord], None] | None = None) -> EvaluationResult:
+    """Play ``config.model_version`` on each split (resumable: finished episodes are kept) and summarise."""
+    spec, bank_version = student_policy(wh, config)
+    registry = TeacherRegistry([spec])
+    by_split: dict[str, CollectionResult] = {}
+    for split in config.splits:
+        collection = CollectionConfig(
+            teacher=spec.name, mode=config.mode, split=split, limit=config.limit, max_steps=config.max_steps,
+            concurrency=config.concurrency, engine=config.engine, workers=config.workers,
+            data_root=config.data_root, bank_version=bank_version if config.mode is Mode.BPE else None,
+        )
+        progress = None if on_progress is None else (
+            lambda done, total, record, split=split: on_progress(split, done, total, record))
+        by_split[split] = collect(collection, wh, run_id, on_progress=progress, registry=registry)
+    columns, rows = wh.query("policy_evaluation_for", policy=spec.name, mode=config.mode.value)
+    return EvaluationResult(config.model_version, by_split, columns, rows)

@@ -1,0 +1,80 @@
+"""Evaluation of a student model version: its episodes in the warehouse, beside its teacher; Dagster per version."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from evoharness.collection import CollectionConfig, collect
+from evoharness.evaluation.run import EvaluationConfig, evaluate
+from evoharness.training.model_versions import train_sft_version
+from evoharness.training.sft import SFTSettings
+from warehouse import Warehouse
+
+TINY_TRAINING = SFTSettings.tiny_student(max_steps=2, logging_steps=1, max_length=1024)
+QUICK = {"splits": ("valid_seen",), "limit": 2, "max_steps": 3, "max_tokens": 16}  # 3 steps: no game is winnable
+
+
+def test_student_plays_through_the_harness_and_reads_beside_its_teacher(curated_db: Path, tmp_path: Path) -> None:
+    with Warehouse(curated_db) as wh:
+        version = train_sft_version(wh, "expert", TINY_TRAINING, tmp_path, "train")
+        first = evaluate(wh, EvaluationConfig(model_version=version.model_version, **QUICK), "eval1")
+        episodes = wh.con.execute(
+            "SELECT e.split, e.status, e.n_steps, e.bank, t.provider, t.model FROM episodes e "
+            "JOIN teachers t ON t.name = e.teacher WHERE e.teacher = ?", [version.model_version]).fetchall()
+        steps = wh.con.execute("SELECT count(*), count(s.output_tokens) FROM steps s JOIN episodes e USING (episode_id) "
+                               "WHERE teacher = ?", [version.model_version]).fetchone()
+        bank = wh.scalar("SELECT bank_version FROM datasets WHERE dataset_id = ?", [version.dataset_id])
+        collect(CollectionConfig(split="valid_seen", limit=2, max_steps=3, engine="fast"), wh, "teacher-eval")
+        again = evaluate(wh, EvaluationConfig(model_version=version.model_version, **QUICK), "eval2")
+    assert first.by_split["valid_seen"].written == 2 and again.by_split["valid_seen"].skipped == 2  # resumable
+    assert len(episodes) == 2
+    for split, status, n_steps, bank_label, provider, model in episodes:
+        assert (split, status, n_steps, provider, model) == ("valid_seen", "finished", 3, "local_hf", version.path)
+        assert bank_label.endswith(f"@v{bank}")  # recalls from the bank version its dataset recorded
+    assert steps == (6, 6)  # every turn generated, with its token count
+    assert first.success_rate("valid_seen") == 0.0 and first.success_rate("valid_unseen") is None
+    policies = {row[0] for row in again.rows}
+    assert policies == {version.model_version, "expert"}  # beside the teacher it was distilled from
+    overall = [row for row in again.rows if row[2] == "ALL"]
+    assert [(row[0], row[3]) for row in overall] == [(version.model_version, 2), ("expert", 2)]
+
+
+def test_unknown_model_version_is_a_clear_error(curated_db: Path) -> None:
+    with Warehouse(curated_db) as wh, pytest.raises(LookupError, match="Unknown model version 'nope'"):
+        evaluate(wh, EvaluationConfig(model_version="nope"), "r")
+
+
+def test_dagster_new_model_version_becomes_an_evaluation(curated_db: Path, tmp_path: Path) -> None:
+    import assets.evaluation as ae
+    import assets.training as at
+    from pipelines.definitions import defs
+    from pipelines.partitions import MODEL_VERSION_PARTITIONS_NAME, register_teachers
+    from pipelines.resources import AlfworldResource, WarehouseResource
+    from pipelines.sensors import new_model_version_sensor
+
+    resources = {"warehouse": WarehouseResource(path=str(curated_db)), "alfworld": AlfworldResource()}
+    with dg.instance_for_test() as instance:
+        register_teachers(instance)
+        trained = dg.materialize([at.sft_student], instance=instance, partition_key="expert", resources=resources,
+                                 run_config={"ops": {"sft_student": {"config": {
+                                     "max_steps": 2, "max_length": 1024, "models_dir": str(tmp_path)}}}})
+        version = trained.get_asset_materialization_events()[0].materialization.metadata["model_version"].value
+        assert instance.get_dynamic_partitions(MODEL_VERSION_PARTITIONS_NAME) == [version]
+
+        requested = new_model_version_sensor(dg.build_sensor_context(instance=instance, definitions=defs))
+        assert [r.partition_key for r in requested.run_requests] == [version]
+
+        config = {"splits": ["valid_seen"], "limit": 1, "max_steps": 3, "max_tokens": 16}
+        evaluated = dg.materialize([ae.student_evaluation], instance=instance, partition_key=version,
+                                   resources=resources,
+                                   run_config={"ops": {"student_evaluation": {"config": config}}})
+        metadata = evaluated.get_asset_materialization_events()[0].materialization.metadata
+        assert metadata["success_rate_valid_seen"].value == 0.0 and "success_rate_valid_unseen" not in metadata
+        assert metadata["episodes_written"].value == 1
+        assert "data:image/png;base64," in metadata["success_by_task_type"].value
+
+        idle = new_model_version_sensor(dg.build_sensor_context(instance=instance, definitions=defs))
+        assert not idle.run_requests
