@@ -1,4 +1,5 @@
-"""``sft_student``: a student fine-tuned with TRL on a teacher's newest curated dataset (a model version)."""
+"""Students as model versions: ``sft_student`` (TRL SFT on the teacher's newest dataset) and ``grpo_student``
+(TRL GRPO with multi-turn rollouts from that SFT version)."""
 
 
 
@@ -6,11 +7,17 @@ import dagster as dg
 from pydantic import Field
 
 from evoharness.reporting.charts import line_chart_png, markdown_image, markdown_table
-from evoharness.training.model_versions import summary_row, train_sft_version
-from evoharness.training.sft import SFTResult, SFTSettings
+from evoharness.training.grpo import GRPOSettings
+from evoharness.training.model_versions import (
+    ModelVersion,
+    newest_sft_version,
+    train_grpo_version,
+    train_sft_version,
+)
+from evoharness.training.sft import SFTSettings
 from evoharness.training.tiny_student import TINY
 from pipelines.partitions import register_model_version, teacher_partitions
-from pipelines.resources import WarehouseResource
+from pipelines.resources import AlfworldResource, WarehouseResource
 
 
 class SFTRunConfig(dg.Config):
@@ -58,33 +65,104 @@ def sft_student(context: dg.AssetExecutionContext, config: SFTRunConfig,
         models_root = config.models_dir or str(wh.path.parent / "models")
         version = train_sft_version(wh, teacher, settings, models_root, context.run.run_id, on_log=on_log)
     register_model_version(context.instance, version.model_version)
-    result = version.result
-    row = summary_row(version)
-    chart = line_chart_png({"train loss": result.loss_history, "validation loss": result.eval_history},
+    row = version.row
+    chart = line_chart_png({"train loss": row["loss_history"], "validation loss": row["eval_history"]},
                            f"{version.model_version}: SFT loss", "optimizer step", "loss")
+    metadata = version_metadata(version) | {"loss_curve": dg.MetadataValue.md(markdown_image(chart, "SFT loss"))}
+    return dg.MaterializeResult(metadata=metadata, check_results=[learned_check(version)])
+
+
+def version_metadata(version: ModelVersion) -> dict[str, dg.MetadataValue]:
+    """Metadata every model-version asset attaches: the id, where it is, and its headline numbers."""
+    summary = version.summary()
     metadata: dict[str, dg.MetadataValue] = {
         "model_version": dg.MetadataValue.text(version.model_version),
-        "dataset_id": dg.MetadataValue.text(version.dataset_id),
         "path": dg.MetadataValue.path(version.path),
         "reused_stored_version": dg.MetadataValue.bool(version.reused),
-        "steps": dg.MetadataValue.int(result.steps),
-        "parameters": dg.MetadataValue.int(result.parameters),
-        "summary": dg.MetadataValue.md(markdown_table(list(row), [list(row.values())])),
-        "loss_curve": dg.MetadataValue.md(markdown_image(chart, "SFT loss")),
+        "steps": dg.MetadataValue.int(summary["steps"]),
+        "parameters": dg.MetadataValue.int(summary["parameters"]),
+        "summary": dg.MetadataValue.md(markdown_table(["field", "value"], list(summary.items()))),
     }
-    if result.train_loss is not None:
-        metadata["train_loss"] = dg.MetadataValue.float(result.train_loss)
-    if result.eval_loss is not None:
-        metadata["eval_loss"] = dg.MetadataValue.float(result.eval_loss)
-    return dg.MaterializeResult(metadata=metadata, check_results=[learned_check(result)])
+    for key in ("train_loss", "eval_loss"):
+        if summary[key] is not None:
+            metadata[key] = dg.MetadataValue.float(summary[key])
+    return metadata
 
 
-def learned_check(result: SFTResult) -> dg.AssetCheckResult:
+def learned_check(version: ModelVersion) -> dg.AssetCheckResult:
     """Passes when the final loss (validation if any, else training) is below the first training loss."""
-    first = result.loss_history[0][1] if result.loss_history else None
-    last = result.eval_loss if result.eval_loss is not None else result.train_loss
+    losses = version.row["loss_history"]
+    first = losses[0][1] if losses else None
+    last = version.row["eval_loss"] if version.row["eval_loss"] is not None else version.row["train_loss"]
     passed = first is not None and last is not None and last < first
-    metadata = {"first_train_loss": dg.MetadataValue.float(first) if first is not None else None,
-                "final_loss": dg.MetadataValue.float(last) if last is not None else None}
+    metadata = {"first_train_loss": first, "final_loss": last}
     return dg.AssetCheckResult(check_name="sft_student_learned", passed=passed,
-                               metadata={k: v for k, v in metadata.items() if v is not None})
+                               metadata={k: dg.MetadataValue.float(v) for k, v in metadata.items() if v is not None})
+
+
+class GRPORunConfig(dg.Config):
+    """Run config of GRPO. Unset fields take the preset of the student's base (the paper's settings for a hub
+    model; small groups and short episodes for the tiny student)."""
+
+    parent_version: str | None = Field(default=None, description="SFT version to start from (None: the newest).")
+    games_per_step: int | None = Field(default=None, description="Train games per optimizer step.")
+    num_generations: int | None = Field(default=None, description="Episodes per game (the group).")
+    games_limit: int | None = Field(default=None, description="Train games to draw from (None: all).")
+    epochs: float | None = None
+    max_steps: int | None = Field(default=None, description="Stop after this many optimizer steps.")
+    learning_rate: float | None = None
+    beta: float | None = Field(default=None, description="KL coefficient to the starting model.")
+    episode_steps: int | None = Field(default=None, description="Step budget per episode.")
+    max_new_tokens: int | None = Field(default=None, description="Completion tokens per turn.")
+    call_cost: float | None = Field(default=None, description="λ_call per harness call (paper 0; alternative 0.05).")
+    diversity_max: float | None = Field(default=None, description="λ_max of the annealed diversity bonus.")
+    seed: int = 0
+    engine: str | None = Field(default=None, description="Rollout engine (None: the fast engine).")
+    models_dir: str | None = Field(default=None, description="None: <warehouse folder>/models.")
+
+
+@dg.asset(
+    partitions_def=teacher_partitions,
+    deps=["sft_student"],
+    group_name="training",
+    description="GRPO from the teacher's SFT student: multi-turn rollouts in the environment, cost-aware reward "
+                "(each term logged), one sample per turn with its trajectory's group-normalized advantage.",
+    check_specs=[dg.AssetCheckSpec(
+        "grpo_rollouts_healthy", asset="grpo_student", blocking=True,
+        description="Every logged step played its rollouts without a failed episode.")],
+)
+def grpo_student(context: dg.AssetExecutionContext, config: GRPORunConfig, alfworld: AlfworldResource,
+                 warehouse: WarehouseResource) -> dg.MaterializeResult:
+    teacher = context.partition_key
+
+    def on_log(logs: dict[str, float], step: int, max_steps: int) -> None:
+        keys = ("reward", "episode/success", "episode/harness_calls", "loss", "kl")
+        shown = {k: round(logs[k], 4) for k in keys if k in logs}
+        if shown:
+            context.log.info("step %d/%d %s", step, max_steps, shown)
+
+    with warehouse.open() as wh:
+        parent = config.parent_version or newest_sft_version(wh, teacher)
+        base = wh.scalar("SELECT base_model FROM model_versions WHERE model_version = ?", [parent])
+        settings = GRPOSettings.for_base(base, **config.model_dump(exclude={"parent_version", "engine", "models_dir"}))
+        models_root = config.models_dir or str(wh.path.parent / "models")
+        version = train_grpo_version(wh, parent, settings, models_root, context.run.run_id, on_log=on_log,
+                                     data_root=alfworld.root(), engine=config.engine)
+    register_model_version(context.instance, version.model_version)
+    history = version.row["rollout_history"] or []
+    curves = {name: [(h["step"], h[key]) for h in history if key in h]
+              for name, key in (("mean reward", "reward"), ("success", "episode/success"),
+                                ("harness calls / episode", "episode/harness_calls"))}
+    chart = line_chart_png(curves, f"{version.model_version}: GRPO rollouts", "optimizer step", "value")
+    terms = [(k.removeprefix("rewards/").removesuffix("/mean"), round(v, 4))
+             for k, v in (history[-1] if history else {}).items() if k.startswith("rewards/") and k.endswith("/mean")]
+    metadata = version_metadata(version) | {
+        "parent_version": dg.MetadataValue.text(parent),
+        "rollout_curves": dg.MetadataValue.md(markdown_image(chart, "GRPO rollouts")),
+        "reward_terms_last_step": dg.MetadataValue.md(markdown_table(["term", "mean"], terms)),
+    }
+    failed = [h.get("episode/failed", 0.0) for h in history]
+    check = dg.AssetCheckResult(check_name="grpo_rollouts_healthy", passed=bool(history) and not any(failed),
+                                metadata={"logged_steps": dg.MetadataValue.int(len(history)),
+                                          "max_failed_share": dg.MetadataValue.float(max(failed, default=0.0))})
+    return dg.MaterializeResult(metadata=metadata, check_results=[check])

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from evoharness.cli_common import DbOption, console, print_table
 from evoharness.cli_data import register as register_data_commands
 from evoharness.cli_teachers import teacher_app
-from evoharness.cli_training import evaluate_command, sft_command
+from evoharness.cli_training import evaluate_command, grpo_command, sft_command
 from evoharness.collection import CollectionConfig, collect
 from evoharness.envs.alfworld.catalog import SPLITS, AlfworldDataError, GameCatalog
 from evoharness.harness.prompts import Mode
@@ -22,8 +22,6 @@ from warehouse import Warehouse, default_db_path
 
 app = typer.Typer(help="EvoHarness-RL distillation pipeline: teachers → warehouse → student.", no_args_is_help=True)
 app.add_typer(teacher_app, name="teacher")
-app.command("sft")(sft_command)
-app.command("evaluate")(evaluate_command)
 
 @app.command()
 def games(
@@ -119,6 +117,9 @@ def init(db: DbOption = None) -> None:
 
 
 register_data_commands(app)
+app.command("sft")(sft_command)
+app.command("grpo")(grpo_command)
+app.command("evaluate")(evaluate_command)
 
 if __name__ == "__main__":
     app()

@@ -1,7 +1,9 @@
-"""``evoharness sft | evaluate``: train a student model version, and play it on the evaluation splits."""
+"""``evoharness sft | grpo | evaluate``: train student model versions, and play them on the evaluation splits."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 import typer
@@ -11,8 +13,14 @@ from evoharness.cli_common import DbOption, console, print_table
 from evoharness.evaluation.run import EVAL_SPLITS, EvaluationConfig, evaluate
 from evoharness.harness.prompts import Mode
 from evoharness.lineage import new_run_id
-from evoharness.training.model_versions import summary_row, train_sft_version
-from evoharness.training.sft import SFTSettings
+from evoharness.training.grpo import GRPOSettings
+from evoharness.training.model_versions import (
+    ModelVersion,
+    newest_sft_version,
+    train_grpo_version,
+    train_sft_version,
+)
+from evoharness.training.sft import LogCallback, SFTSettings
 from evoharness.training.tiny_student import TINY
 from warehouse import Warehouse, default_db_path
 
@@ -32,27 +40,66 @@ def sft_command(
     db: DbOption = None,
 ) -> None:
     """Fine-tune a student with TRL (SFT) and record it as a model version (same dataset + settings: reused)."""
+    settings = SFTSettings.for_base(base_model, lora_r=lora_r, epochs=epochs, learning_rate=learning_rate,
+                                    batch_size=batch_size, max_length=max_length, max_steps=max_steps)
+    with Warehouse(db or default_db_path()) as wh, training_progress("SFT steps", ("loss", "eval_loss")) as on_log:
+        root = models_dir or str(wh.path.parent / "models")
+        version = train_sft_version(wh, teacher, settings, root, new_run_id(), on_log=on_log)
+    print_version(version)
+
+
+def grpo_command(
+    teacher: Annotated[str, typer.Option(help="Teacher whose SFT student to start from.")] = "expert",
+    parent_version: Annotated[str | None, typer.Option(help="SFT version to start from [default: the "
+                                                             "teacher's newest].")] = None,
+    games_per_step: Annotated[int | None, typer.Option(help="Train games per optimizer step.")] = None,
+    num_generations: Annotated[int | None, typer.Option(help="Episodes per game (the GRPO group).")] = None,
+    games_limit: Annotated[int | None, typer.Option(help="Train games to draw from [default: all].")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Stop after this many optimizer steps.")] = None,
+    learning_rate: Annotated[float | None, typer.Option(help="[default: preset]")] = None,
+    episode_steps: Annotated[int | None, typer.Option(help="Step budget per episode.")] = None,
+    max_new_tokens: Annotated[int | None, typer.Option(help="Completion tokens per turn.")] = None,
+    call_cost: Annotated[float | None, typer.Option(help="λ_call per harness call [default: 0].")] = None,
+    models_dir: Annotated[str | None, typer.Option(help="[default: <warehouse folder>/models]")] = None,
+    db: DbOption = None,
+) -> None:
+    """GRPO from an SFT model version: multi-turn rollouts in the environment with the cost-aware reward."""
+    with Warehouse(db or default_db_path()) as wh:
+        parent = parent_version or newest_sft_version(wh, teacher)
+        base = wh.scalar("SELECT base_model FROM model_versions WHERE model_version = ?", [parent])
+        settings = GRPOSettings.for_base(base, call_cost=call_cost, games_per_step=games_per_step,
+                                         num_generations=num_generations, games_limit=games_limit,
+                                         max_steps=max_steps, learning_rate=learning_rate,
+                                         episode_steps=episode_steps, max_new_tokens=max_new_tokens)
+        with training_progress("GRPO steps", ("reward", "episode/success", "episode/harness_calls")) as on_log:
+            root = models_dir or str(wh.path.parent / "models")
+            version = train_grpo_version(wh, parent, settings, root, new_run_id(), on_log=on_log)
+    print_version(version)
+
+
+@contextmanager
+def training_progress(label: str, shown: tuple[str, ...]) -> Iterator[LogCallback]:
+    """A progress bar over optimizer steps that shows the latest values of ``shown``."""
     import datasets
 
     datasets.disable_progress_bars()
-    settings = SFTSettings.for_base(base_model, lora_r=lora_r, epochs=epochs, learning_rate=learning_rate,
-                                    batch_size=batch_size, max_length=max_length, max_steps=max_steps)
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("{task.fields[loss]}")]
-    with Warehouse(db or default_db_path()) as wh, Progress(*columns, console=console) as progress:
-        task = progress.add_task("SFT steps", total=None, loss="")
+               TextColumn("{task.fields[values]}")]
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task(label, total=None, values="")
 
         def on_log(logs: dict[str, float], step: int, max_steps: int) -> None:
-            shown = " ".join(f"{k} {logs[k]:.3f}" for k in ("loss", "eval_loss") if k in logs)
             progress.update(task, completed=step, total=max_steps)
-            if shown:
-                progress.update(task, loss=shown)
+            values = " ".join(f"{k} {logs[k]:.3f}" for k in shown if k in logs)
+            if values:
+                progress.update(task, values=values)
 
-        root = models_dir or str(wh.path.parent / "models")
-        version = train_sft_version(wh, teacher, settings, root, new_run_id(), on_log=on_log)
-    row = summary_row(version)
+        yield on_log
+
+
+def print_version(version: ModelVersion) -> None:
     print_table(f"{version.model_version}{' (stored, reused)' if version.reused else ''} at {version.path}",
-                ["field", "value"], list(row.items()))
+                ["field", "value"], list(version.summary().items()))
 
 
 def evaluate_command(

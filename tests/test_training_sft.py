@@ -75,7 +75,7 @@ def test_model_version_is_recorded_and_reused(curated_db: Path, tmp_path: Path) 
                               "ORDER BY created_at").fetchall()
     assert not first.reused and again.reused and not other.reused
     assert again.model_version == first.model_version != other.model_version
-    assert again.result.loss_history == first.result.loss_history
+    assert again.row["loss_history"] == first.row["loss_history"] and again.row["settings"]["seed"] == 0
     assert [(r[0], r[1], r[3], r[4]) for r in rows] == [(first.model_version, "sft", 2, "r1"),
                                                          (other.model_version, "sft", 2, "r3")]
     with Warehouse(db) as wh, pytest.raises(LookupError, match="No curated dataset"):

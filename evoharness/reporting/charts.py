@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -28,7 +28,7 @@ def bar_chart_png(labels: Sequence[str], values: Sequence[float], title: str, yl
     return _png(fig)
 
 
-def line_chart_png(series: dict[str, Sequence[tuple[float, float]]], title: str, xlabel: str, ylabel: str) -> bytes:
+def line_chart_png(series: Mapping[str, Sequence[Sequence[float]]], title: str, xlabel: str, ylabel: str) -> bytes:
     """One line per named series of (x, y) points, as PNG bytes (e.g. training and validation loss by step)."""
     fig, ax = plt.subplots(figsize=(7, 3.5), dpi=100)
     for name, points in series.items():

@@ -1,32 +1,47 @@
-"""Model versions: a student trained from a teacher's newest dataset, recorded in ``model_versions``.
+"""Model versions: students trained by SFT (from a teacher's newest dataset) or GRPO (from an SFT version),
+recorded in ``model_versions``.
 
-A version id is a hash of (dataset, settings), so asking again for the same training returns the stored
-version instead of training twice; a new dataset or new settings make a new version.
+A version id hashes what determines the training (dataset or parent version, and settings), so asking again
+for the same training returns the stored version instead of training twice.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+from evoharness.consolidation.bank import load_bank
 from evoharness.lineage import code_version
-from evoharness.training.sft import LogCallback, SFTResult, SFTSettings, train_sft
+from evoharness.training.grpo import GRPOSettings, train_grpo
+from evoharness.training.sft import LogCallback, SFTSettings, train_sft
 from warehouse import Warehouse
+
+SUMMARY_FIELDS = ("model_version", "stage", "parent_version", "dataset_id", "base_model", "train_examples",
+                  "validation_examples", "steps", "train_loss", "eval_loss", "parameters", "seconds")
 
 
 @dataclass
 class ModelVersion:
-    """A stored student (``reused``: it existed already, nothing was trained)."""
+    """A stored student: its ``model_versions`` row (JSON columns decoded); ``reused`` when nothing was trained."""
 
-    model_version: str
-    teacher: str
-    dataset_id: str
-    path: str
-    result: SFTResult
+    row: dict[str, Any]
     reused: bool
+
+    @property
+    def model_version(self) -> str:
+        return str(self.row["model_version"])
+
+    @property
+    def path(self) -> str:
+        return str(self.row["path"])
+
+    def summary(self) -> dict[str, Any]:
+        """The version's headline numbers as one flat row (tables, asset metadata)."""
+        return {k: self.row[k] for k in SUMMARY_FIELDS}
 
 
 def newest_dataset(wh: Warehouse, teacher: str) -> tuple[str, str]:
@@ -39,58 +54,92 @@ def newest_dataset(wh: Warehouse, teacher: str) -> tuple[str, str]:
     return row[0], row[1]
 
 
-def sft_version_id(teacher: str, dataset_id: str, settings: SFTSettings) -> str:
-    payload = json.dumps([dataset_id, settings.model_dump(mode="json")], sort_keys=True)
-    return f"{teacher}-sft-{hashlib.sha256(payload.encode()).hexdigest()[:12]}"
+def version_id(teacher: str, stage: str, source: str, settings: SFTSettings | GRPOSettings) -> str:
+    payload = json.dumps([source, settings.model_dump(mode="json")], sort_keys=True)
+    return f"{teacher}-{stage}-{hashlib.sha256(payload.encode()).hexdigest()[:12]}"
 
 
-def _stored(wh: Warehouse, model_version: str) -> ModelVersion | None:
+JSON_COLUMNS = ("settings", "loss_history", "eval_history", "rollout_history")
+
+
+def _decoded(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: json.loads(v) if k in JSON_COLUMNS and isinstance(v, str) else v for k, v in row.items()}
+
+
+def stored_version(wh: Warehouse, model_version: str) -> ModelVersion | None:
+    """The stored version, or None if unknown or its files are gone (then it is trained again)."""
     cursor = wh.con.execute("SELECT * FROM model_versions WHERE model_version = ?", [model_version])
-    row = cursor.fetchone()
-    if row is None:
+    found = cursor.fetchone()
+    if found is None:
         return None
-    data = dict(zip([d[0] for d in cursor.description], row, strict=True))
-    if not Path(data["path"]).is_dir():
-        return None  # the files are gone: train again
-    result = SFTResult(
-        model_dir=data["path"], base_model=data["base_model"], train_examples=data["train_examples"],
-        validation_examples=data["validation_examples"], steps=data["steps"], train_loss=data["train_loss"],
-        eval_loss=data["eval_loss"], seconds=data["seconds"], parameters=data["parameters"],
-        loss_history=[tuple(x) for x in json.loads(data["loss_history"])],  # type: ignore[misc]
-        eval_history=[tuple(x) for x in json.loads(data["eval_history"])],  # type: ignore[misc]
-    )
-    return ModelVersion(model_version, data["teacher"], data["dataset_id"], data["path"], result, reused=True)
+    row = _decoded(dict(zip([d[0] for d in cursor.description], found, strict=True)))
+    return ModelVersion(row, reused=True) if Path(row["path"]).is_dir() else None
+
+
+def _store(wh: Warehouse, row: dict[str, Any]) -> ModelVersion:
+    row = row | {"created_at": datetime.now(UTC).replace(tzinfo=None), "code_version": code_version()}
+    encoded = {k: json.dumps(v) if k in JSON_COLUMNS[1:] else v for k, v in row.items()}
+    with wh.transaction():
+        wh.con.execute("DELETE FROM model_versions WHERE model_version = ?", [row["model_version"]])
+        wh.insert("model_versions", [encoded])
+    return ModelVersion(_decoded(encoded), reused=False)
 
 
 def train_sft_version(wh: Warehouse, teacher: str, settings: SFTSettings, models_root: str | Path, run_id: str,
                       on_log: LogCallback | None = None) -> ModelVersion:
-    """Train (or reuse) the SFT student of ``teacher``'s newest dataset; the warehouse is released while
+    """Train (or reuse) the SFT student of ``teacher``'s newest dataset. The warehouse is released while
     training runs, so other stages can write meanwhile."""
     dataset_id, dataset_path = newest_dataset(wh, teacher)
-    model_version = sft_version_id(teacher, dataset_id, settings)
-    stored = _stored(wh, model_version)
-    if stored is not None:
+    model_version = version_id(teacher, "sft", dataset_id, settings)
+    if (stored := stored_version(wh, model_version)) is not None:
         return stored
     wh.release()
     result = train_sft(dataset_path, Path(models_root) / model_version, settings, on_log=on_log)
-    row = {
+    return _store(wh, {
         "model_version": model_version, "stage": "sft", "teacher": teacher, "dataset_id": dataset_id,
         "parent_version": None, "base_model": settings.base_model, "path": result.model_dir,
         "settings": settings.model_dump_json(), "train_examples": result.train_examples,
         "validation_examples": result.validation_examples, "steps": result.steps, "train_loss": result.train_loss,
         "eval_loss": result.eval_loss, "parameters": result.parameters, "seconds": result.seconds,
-        "loss_history": json.dumps(result.loss_history), "eval_history": json.dumps(result.eval_history),
-        "created_at": datetime.now(UTC).replace(tzinfo=None), "code_version": code_version(), "run_id": run_id,
-    }
-    with wh.transaction():
-        wh.con.execute("DELETE FROM model_versions WHERE model_version = ?", [model_version])
-        wh.insert("model_versions", [row])
-    return ModelVersion(model_version, teacher, dataset_id, result.model_dir, result, reused=False)
+        "loss_history": result.loss_history, "eval_history": result.eval_history, "rollout_history": None,
+        "run_id": run_id,
+    })
 
 
-def summary_row(version: ModelVersion) -> dict[str, object]:
-    """The version's numbers as one flat row (for tables and asset metadata)."""
-    result = asdict(version.result)
-    return {"model_version": version.model_version, "dataset_id": version.dataset_id,
-            **{k: result[k] for k in ("base_model", "train_examples", "validation_examples", "steps", "train_loss",
-                                      "eval_loss", "parameters", "seconds")}}
+def newest_sft_version(wh: Warehouse, teacher: str) -> str:
+    row = wh.con.execute("SELECT model_version FROM model_versions WHERE teacher = ? AND stage = 'sft' "
+                         "ORDER BY created_at DESC LIMIT 1", [teacher]).fetchone()
+    if row is None:
+        raise LookupError(f"No SFT model version for teacher {teacher!r}: materialize sft_student (or run "
+                          "`evoharness sft`) first.")
+    return str(row[0])
+
+
+def train_grpo_version(wh: Warehouse, parent_version: str, settings: GRPOSettings, models_root: str | Path,
+                       run_id: str, on_log: LogCallback | None = None, data_root: str | None = None,
+                       engine: str | None = None) -> ModelVersion:
+    """Train (or reuse) GRPO from ``parent_version``, recalling from the bank version of its dataset."""
+    parent = stored_version(wh, parent_version)
+    if parent is None:
+        raise LookupError(f"Unknown model version {parent_version!r} (or its files are gone).")
+    teacher = parent.row["teacher"]
+    model_version = version_id(teacher, "grpo", parent_version, settings)
+    if (stored := stored_version(wh, model_version)) is not None:
+        return stored
+    bank_row = wh.con.execute("SELECT bank_id, bank_version FROM datasets WHERE dataset_id = ?",
+                              [parent.row["dataset_id"]]).fetchone()
+    if bank_row is None:
+        raise LookupError(f"Dataset {parent.row['dataset_id']!r} of {parent_version!r} is not in the warehouse.")
+    bank = load_bank(wh, *bank_row)
+    wh.release()
+    result = train_grpo(parent.path, Path(models_root) / model_version, settings, bank=bank, data_root=data_root,
+                        engine=engine, on_log=on_log)
+    losses = [(int(h["step"]), h["loss"]) for h in result.history if "loss" in h]
+    return _store(wh, {
+        "model_version": model_version, "stage": "grpo", "teacher": teacher, "dataset_id": parent.row["dataset_id"],
+        "parent_version": parent_version, "base_model": parent.row["base_model"], "path": result.model_dir,
+        "settings": settings.model_dump_json(), "train_examples": result.games, "validation_examples": 0,
+        "steps": result.steps, "train_loss": losses[-1][1] if losses else None, "eval_loss": None,
+        "parameters": result.parameters, "seconds": result.seconds, "loss_history": losses, "eval_history": [],
+        "rollout_history": result.history, "run_id": run_id,
+    })

@@ -121,7 +121,7 @@ def _base_model(settings: SFTSettings, train: Any, folder: Path) -> str:
     return str(build_tiny_student(folder, corpus(train), settings.tiny))
 
 
-def _log_forwarder(on_log: LogCallback) -> Any:
+def log_forwarder(on_log: LogCallback) -> Any:
     """A ``TrainerCallback`` that forwards every Trainer log to ``on_log`` (progress in Dagster, the CLI)."""
     from transformers import TrainerCallback
 
@@ -162,7 +162,7 @@ def train_sft(dataset_path: str, output_dir: str | Path, settings: SFTSettings,
                          processing_class=tokenizer, peft_config=_peft_config(settings))
     if on_log is not None:  # logs go to on_log instead of stdout
         trainer.remove_callback(PrinterCallback)
-        trainer.add_callback(_log_forwarder(on_log))
+        trainer.add_callback(log_forwarder(on_log))
     started = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - started

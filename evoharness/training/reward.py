@@ -1,0 +1,124 @@
+"""The cost-aware trajectory reward of EvoHarness-RL, one function per term.
+
+R = 10·solved + λ_eff·max(0, 1 − |τ|/T_max)·solved + λ_div(u)·R_div − 0.1·min(repeats, 10) − 0.1·invalid
+    − λ_call·harness_calls
+
+with R_div = distinct action verbs / |τ| and λ_div(u) = (λ_max/2)(1 + cos(πu/U)), annealed to 0 over U
+epochs. |τ| counts the trajectory's turns (environment actions, meta-actions and invalid turns alike: each
+spends budget). A *repeat* is a turn that issues an action already issued at the same observation earlier in
+the trajectory — it can bring nothing new. Every term is its own TRL reward function (so TRL logs each one
+separately as ``rewards/<name>/mean``); their sum with unit weights is R.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from functools import partial
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from evoharness.agents.records import EpisodeRecord
+
+
+class RewardConfig(BaseModel):
+    """Weights of the reward terms (defaults: the paper's, with λ_call = 0)."""
+
+    solved_bonus: float = 10.0
+    efficiency_weight: float = Field(default=1.0, description="λ_eff.")
+    t_max: int | None = Field(default=None, ge=1, description="T_max; None: the episode's step cap.")
+    diversity_max: float = Field(default=0.5, ge=0, description="λ_max (paper 0.5; the code release uses 1.0).")
+    diversity_epochs: float = Field(default=150, gt=0, description="U: epochs over which λ_div anneals to 0.")
+    repeat_penalty: float = 0.1
+    repeat_cap: int = 10
+    invalid_penalty: float = 0.1
+    call_cost: float = Field(default=0.0, ge=0, description="λ_call per harness call (documented alternative 0.05).")
+
+
+@dataclass(frozen=True)
+class TrajectoryStats:
+    """What the reward needs from one played episode."""
+
+    won: bool
+    turns: int
+    max_steps: int
+    distinct_verbs: int
+    repeats: int
+    invalid: int
+    harness_calls: int
+
+    @classmethod
+    def from_record(cls, record: EpisodeRecord) -> TrajectoryStats:
+        seen: set[tuple[str, str]] = set()
+        repeats, observation = 0, ""
+        for step in record.steps:
+            key = (step.action, observation)
+            repeats += key in seen and step.kind != "invalid"
+            seen.add(key)
+            observation = step.observation or ""
+        verbs = {step.action.split()[0] for step in record.steps if step.action and step.kind != "invalid"}
+        return cls(won=record.won, turns=len(record.steps), max_steps=record.spec.max_steps,
+                   distinct_verbs=len(verbs), repeats=repeats,
+                   invalid=sum(step.kind == "invalid" for step in record.steps),
+                   harness_calls=record.n_harness_calls)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def diversity_weight(epoch: float, config: RewardConfig) -> float:
+    """λ_div(u) = (λ_max/2)(1 + cos(πu/U)), held at 0 after U epochs."""
+    u = min(max(epoch, 0.0), config.diversity_epochs)
+    return config.diversity_max / 2 * (1 + math.cos(math.pi * u / config.diversity_epochs))
+
+
+def _stats(trajectory: Sequence[dict[str, Any]]) -> list[TrajectoryStats]:
+    return [TrajectoryStats(**t) for t in trajectory]
+
+
+def _epoch(trainer_state: Any) -> float:
+    return float(getattr(trainer_state, "epoch", None) or 0.0)
+
+
+def solved_reward(trajectory: Sequence[dict[str, Any]], config: RewardConfig, **_: Any) -> list[float]:
+    return [config.solved_bonus * s.won for s in _stats(trajectory)]
+
+
+def efficiency_reward(trajectory: Sequence[dict[str, Any]], config: RewardConfig, **_: Any) -> list[float]:
+    return [config.efficiency_weight * max(0.0, 1 - s.turns / (config.t_max or s.max_steps)) * s.won
+            for s in _stats(trajectory)]
+
+
+def diversity_reward(trajectory: Sequence[dict[str, Any]], config: RewardConfig, trainer_state: Any = None,
+                     **_: Any) -> list[float]:
+    weight = diversity_weight(_epoch(trainer_state), config)
+    return [weight * s.distinct_verbs / s.turns if s.turns else 0.0 for s in _stats(trajectory)]
+
+
+def repeat_penalty(trajectory: Sequence[dict[str, Any]], config: RewardConfig, **_: Any) -> list[float]:
+    return [-config.repeat_penalty * min(s.repeats, config.repeat_cap) for s in _stats(trajectory)]
+
+
+def invalid_penalty(trajectory: Sequence[dict[str, Any]], config: RewardConfig, **_: Any) -> list[float]:
+    return [-config.invalid_penalty * s.invalid for s in _stats(trajectory)]
+
+
+def harness_call_cost(trajectory: Sequence[dict[str, Any]], config: RewardConfig, **_: Any) -> list[float]:
+    return [-config.call_cost * s.harness_calls for s in _stats(trajectory)]
+
+
+TERMS = (solved_reward, efficiency_reward, diversity_reward, repeat_penalty, invalid_penalty, harness_call_cost)
+
+
+def reward_functions(config: RewardConfig) -> list[Callable[..., list[float]]]:
+    """The terms as TRL reward functions (named after the term; they read the ``trajectory`` column)."""
+    return [partial(term, config=config) for term in TERMS]
+
+
+def trajectory_reward(stats: TrajectoryStats, config: RewardConfig, epoch: float = 0.0) -> dict[str, float]:
+    """Every term of one trajectory's reward and their sum (``total``)."""
+    state = type("State", (), {"epoch": epoch})()
+    terms = {term.__name__: term([stats.as_dict()], config=config, trainer_state=state)[0] for term in TERMS}
+    return terms | {"total": sum(terms.values())}

@@ -1,0 +1,92 @@
+"""The cost-aware reward: every term against hand-computed values, the annealing, TRL's view of the terms."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+
+import pytest
+
+from evoharness.agents.records import EpisodeRecord, EpisodeSpec, StepRecord
+from evoharness.harness.prompts import Mode
+from evoharness.training.reward import (
+    RewardConfig,
+    TrajectoryStats,
+    diversity_weight,
+    reward_functions,
+    trajectory_reward,
+)
+
+
+def _record(catalog, turns: list[tuple[str, str, str]], won: bool, max_steps: int = 70) -> EpisodeRecord:
+    """``turns``: (kind, action, observation after it)."""
+    spec = EpisodeSpec("student", catalog.games("train", limit=1)[0], Mode.BPE, seed=0, max_steps=max_steps,
+                       prompt_id="alfworld/bpe", prompt_sha="x")
+    steps = [StepRecord(t=t, kind=kind, action=action, argument=None, think="", raw_output="", parse_error=None,
+                        observation=obs, admissible=True, won=won and t == len(turns) - 1,
+                        done=won and t == len(turns) - 1, score=0.0, prompt="p", prompt_id="alfworld/bpe",
+                        prompt_sha="x", latency_ms=1.0)
+             for t, (kind, action, obs) in enumerate(turns)]
+    now = datetime.now(UTC)
+    return EpisodeRecord(spec=spec, engine="fast", started_at=now, finished_at=now, steps=steps)
+
+
+TURNS = [
+    ("env", "go to countertop 1", "On the countertop 1, you see a mug 1."),
+    ("recall", "recall", "skills: ..."),
+    ("env", "go to countertop 1", "Nothing happens."),  # same action, different observation before it: no repeat
+    ("env", "look", "You are facing the countertop 1."),  # look at "Nothing happens."
+    ("env", "look", "You are facing the countertop 1."),  # look at "You are facing ...": first time
+    ("env", "look", "You are facing the countertop 1."),  # the same action at the same observation: a repeat
+    ("invalid", "", "Invalid action"),
+    ("env", "take mug 1 from countertop 1", "You pick up the mug 1 from the countertop 1."),
+    ("commit", "commit", "ok"),
+]
+
+
+def test_trajectory_stats(catalog) -> None:
+    stats = TrajectoryStats.from_record(_record(catalog, TURNS, won=True))
+    assert stats == TrajectoryStats(won=True, turns=9, max_steps=70, distinct_verbs=5, repeats=1, invalid=1,
+                                    harness_calls=2)
+
+
+def test_every_term_of_the_reward(catalog) -> None:
+    stats = TrajectoryStats.from_record(_record(catalog, TURNS, won=True))
+    terms = trajectory_reward(stats, RewardConfig(call_cost=0.05), epoch=0.0)
+    assert terms["solved_reward"] == 10.0
+    assert terms["efficiency_reward"] == pytest.approx(1 - 9 / 70)
+    assert terms["diversity_reward"] == pytest.approx(0.5 * 5 / 9)  # λ_div(0) = λ_max
+    assert terms["repeat_penalty"] == pytest.approx(-0.1)
+    assert terms["invalid_penalty"] == pytest.approx(-0.1)
+    assert terms["harness_call_cost"] == pytest.approx(-0.1)
+    assert terms["total"] == pytest.approx(10 + (1 - 9 / 70) + 0.5 * 5 / 9 - 0.3)
+
+    lost = trajectory_reward(TrajectoryStats.from_record(_record(catalog, TURNS, won=False)), RewardConfig())
+    assert lost["solved_reward"] == lost["efficiency_reward"] == 0.0 and lost["harness_call_cost"] == 0.0
+    capped = TrajectoryStats(won=False, turns=30, max_steps=70, distinct_verbs=1, repeats=25, invalid=0,
+                             harness_calls=0)
+    assert trajectory_reward(capped, RewardConfig())["repeat_penalty"] == pytest.approx(-1.0)  # min(repeats, 10)
+    assert trajectory_reward(stats, RewardConfig(t_max=9))["efficiency_reward"] == 0.0
+
+
+def test_diversity_bonus_anneals_to_zero() -> None:
+    config = RewardConfig(diversity_max=1.0, diversity_epochs=150)
+    assert diversity_weight(0, config) == pytest.approx(1.0)
+    assert diversity_weight(75, config) == pytest.approx(0.5)
+    assert diversity_weight(150, config) == pytest.approx(0.0, abs=1e-12)
+    assert diversity_weight(400, config) == pytest.approx(0.0, abs=1e-12)
+    assert diversity_weight(30, config) == pytest.approx(0.5 * (1 + math.cos(math.pi * 30 / 150)))
+
+
+def test_terms_are_trl_reward_functions_named_after_the_term(catalog) -> None:
+    from trl.trainer.utils import get_callable_name
+
+    functions = reward_functions(RewardConfig())
+    names = [get_callable_name(f) for f in functions]
+    assert names == ["solved_reward", "efficiency_reward", "diversity_reward", "repeat_penalty", "invalid_penalty",
+                     "harness_call_cost"]
+    stats = TrajectoryStats.from_record(_record(catalog, TURNS, won=True)).as_dict()
+    state = type("State", (), {"epoch": 150.0})()
+    values = [f(prompts=["g"], completions=["c"], trajectory=[stats], trainer_state=state)[0] for f in functions]
+    assert values[2] == pytest.approx(0.0, abs=1e-12)  # annealed away at U epochs
+    assert sum(values) == pytest.approx(trajectory_reward(TrajectoryStats(**stats), RewardConfig(), 150.0)["total"])

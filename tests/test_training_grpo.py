@@ -1,0 +1,100 @@
+"""GRPO on TRL with multi-turn rollouts in the environment: per-turn samples, group advantages, model versions,
+the Dagster asset."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import torch
+
+from evoharness.agents.records import EpisodeRecord, EpisodeSpec
+from evoharness.harness.prompts import Mode
+from evoharness.training.grpo import GRPOSettings, group_advantages, turn_samples
+from evoharness.training.model_versions import train_grpo_version, train_sft_version
+from evoharness.training.rollout import Rollout, TurnTokens
+from evoharness.training.sft import SFTSettings
+from warehouse import Warehouse
+
+QUICK = GRPOSettings.tiny_student(games_limit=2, games_per_step=1, num_generations=2, max_steps=2, episode_steps=3,
+                                  max_new_tokens=12)
+
+
+def test_group_advantages() -> None:
+    rewards = torch.tensor([10.0, 0.0, 1.0, 1.0])  # two games, a group of two each
+    advantages = group_advantages(rewards, group=2)
+    assert advantages[0] == pytest.approx(5 / (7.0711 + 1e-4), rel=1e-3) and advantages[0] == -advantages[1]
+    assert advantages[2:].tolist() == [0.0, 0.0]  # equal rewards carry no signal
+    assert group_advantages(rewards, group=2, scale="none").tolist() == [5.0, -5.0, 0.0, 0.0]
+
+
+def test_every_turn_is_a_sample_with_its_trajectory_advantage(catalog) -> None:
+    game = catalog.games("train", limit=1)[0]
+    record = EpisodeRecord(EpisodeSpec("s", game, Mode.BPE, 0, 3, "p", "x"), "fast", datetime.now(UTC))
+    played = [Rollout(record, [TurnTokens([1, 2, 3], [7, 8]), TurnTokens([1, 2], [9])]),
+              Rollout(record, [TurnTokens([4], [])])]
+    samples = turn_samples(played, torch.tensor([0.5, -0.5]), pad_id=0)
+    assert samples["prompt_ids"].tolist() == [[1, 2, 3], [0, 1, 2], [0, 0, 4]]  # left-padded prompts
+    assert samples["completion_ids"].tolist() == [[7, 8], [9, 0], [0, 0]]  # right-padded completions
+    assert samples["completion_mask"].tolist() == [[1, 1], [1, 0], [0, 0]]  # an empty completion trains nothing
+    assert samples["advantages"].tolist() == [0.5, 0.5, -0.5]
+    assert int(samples["num_items_in_batch"]) == 3
+
+
+def test_grpo_version_plays_trains_and_is_reused(curated_db: Path, tmp_path: Path) -> None:
+    logs: list[dict[str, float]] = []
+    with Warehouse(curated_db) as wh:
+        sft = train_sft_version(wh, "expert", SFTSettings.tiny_student(max_steps=2, max_length=1024), tmp_path, "s")
+        version = train_grpo_version(wh, sft.model_version, QUICK, tmp_path, "g",
+                                     on_log=lambda entry, step, _: logs.append(entry))
+        again = train_grpo_version(wh, sft.model_version, QUICK, tmp_path, "g2")
+    row = version.row
+    assert (row["stage"], row["parent_version"], row["steps"], row["train_examples"]) == ("grpo", sft.model_version,
+                                                                                          2, 2)
+    assert again.reused and again.model_version == version.model_version
+    history = row["rollout_history"]
+    assert len(history) == 2
+    for step in history:
+        assert {f"rewards/{t}/mean" for t in ("solved_reward", "efficiency_reward", "diversity_reward",
+                                              "repeat_penalty", "invalid_penalty", "harness_call_cost")} <= set(step)
+        # one game x 2 episodes x 3 turns (3 steps cannot win a game): 6 turn samples per step
+        assert step["episode/turns"] == 3.0 and step["samples/turns"] == 6.0 and step["episode/success"] == 0.0
+        assert step["episode/failed"] == 0.0
+        total = sum(v for k, v in step.items() if k.startswith("rewards/"))
+        assert step["reward"] == pytest.approx(total, abs=1e-5)
+    assert any("reward" in entry for entry in logs)
+    assert Path(version.path, "config.json").exists() and Path(version.path, "evoharness_grpo.json").exists()
+
+
+def test_dagster_grpo_student_registers_a_model_version(curated_db: Path, tmp_path: Path) -> None:
+    import assets.training as at
+    from pipelines.partitions import MODEL_VERSION_PARTITIONS_NAME, register_teachers
+    from pipelines.resources import AlfworldResource, WarehouseResource
+
+    resources = {"warehouse": WarehouseResource(path=str(curated_db)), "alfworld": AlfworldResource()}
+    with dg.instance_for_test() as instance:
+        register_teachers(instance)
+        result = dg.materialize(
+            [at.sft_student, at.grpo_student], instance=instance, partition_key="expert", resources=resources,
+            run_config={"ops": {
+                "sft_student": {"config": {"max_steps": 2, "max_length": 1024, "models_dir": str(tmp_path)}},
+                "grpo_student": {"config": {"games_limit": 2, "games_per_step": 1, "num_generations": 2,
+                                            "max_steps": 1, "episode_steps": 2, "max_new_tokens": 8,
+                                            "call_cost": 0.05, "models_dir": str(tmp_path)}},
+            }})
+        assert result.success
+        events = {e.asset_key.to_user_string(): e.materialization.metadata
+                  for e in result.get_asset_materialization_events()}
+        grpo = events["grpo_student"]
+        assert grpo["parent_version"].value == events["sft_student"]["model_version"].value
+        assert "data:image/png;base64," in grpo["rollout_curves"].value
+        assert "harness_call_cost" in grpo["reward_terms_last_step"].value
+        checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
+        assert checks == {"sft_student_learned": True, "grpo_rollouts_healthy": True}
+        versions = instance.get_dynamic_partitions(MODEL_VERSION_PARTITIONS_NAME)
+        assert set(versions) == {events["sft_student"]["model_version"].value, grpo["model_version"].value}
+    with Warehouse(curated_db) as wh:
+        settings = wh.scalar("SELECT settings FROM model_versions WHERE stage = 'grpo'")
+    assert '"call_cost":0.05' in settings.replace(" ", "")
