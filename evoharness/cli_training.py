@@ -20,8 +20,9 @@ from evoharness.training.model_versions import (
     train_grpo_version,
     train_sft_version,
 )
-from evoharness.training.sft import LogCallback, SFTSettings
+from evoharness.training.sft import SFTSettings
 from evoharness.training.tiny_student import TINY
+from evoharness.training.trainer_utils import LogCallback
 from warehouse import Warehouse, default_db_path
 
 

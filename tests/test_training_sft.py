@@ -12,7 +12,8 @@ import pytest
 from evoharness.harness.grammar import parse_turn
 from evoharness.teachers.clients.local_hf import LocalHFClient
 from evoharness.training.model_versions import train_sft_version
-from evoharness.training.sft import LoraSettings, SFTSettings, prepare_splits, to_prompt_completion, train_sft
+from evoharness.training.sft import SFTSettings, prepare_splits, to_prompt_completion, train_sft
+from evoharness.training.trainer_utils import LoraSettings
 from warehouse import Warehouse
 
 FAST = {"max_steps": 12, "logging_steps": 2, "max_length": 2048}

@@ -26,8 +26,8 @@ from evoharness.harness.experience import ExperienceBankData, load_bank_file
 from evoharness.harness.prompts import load_prompt_set
 from evoharness.training.reward import RewardConfig, TrajectoryStats, reward_functions
 from evoharness.training.rollout import GenerationSettings, Rollout, RolloutEngine
-from evoharness.training.sft import LogCallback, LoraSettings, log_forwarder
 from evoharness.training.tiny_student import TINY
+from evoharness.training.trainer_utils import LogCallback, LoraSettings, route_logs, save_trained
 
 EPISODE_METRICS = ("success", "turns", "harness_calls", "invalid", "repeats")
 
@@ -213,7 +213,7 @@ def train_grpo(model_path: str, output_dir: str | Path, settings: GRPOSettings, 
                on_log: LogCallback | None = None) -> GRPOResult:
     """GRPO from the model at ``model_path`` (an SFT model version); saves to ``<output_dir>/model``."""
     import datasets
-    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig
 
     output = Path(output_dir)
@@ -240,28 +240,19 @@ def train_grpo(model_path: str, output_dir: str | Path, settings: GRPOSettings, 
         seed=settings.seed, logging_steps=settings.logging_steps, save_strategy="no", report_to="none",
         disable_tqdm=True, dataloader_pin_memory=False, reward_weights=[1.0] * len(reward_functions(settings.reward)),
     )
-    peft_config = None
-    if settings.lora is not None:
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(r=settings.lora.r, lora_alpha=settings.lora.alpha, lora_dropout=settings.lora.dropout,
-                                 target_modules=settings.lora.target_modules, task_type="CAUSAL_LM")
     trainer = _trainer_class()(model=model, reward_funcs=reward_functions(settings.reward), args=config,
-                               train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config,
+                               train_dataset=dataset, processing_class=tokenizer,
+                               peft_config=settings.lora.peft_config() if settings.lora is not None else None,
                                rollouts=rollouts)
-    if on_log is not None:
-        trainer.remove_callback(PrinterCallback)
-        trainer.add_callback(log_forwarder(on_log))
+    route_logs(trainer, on_log)
     started = time.perf_counter()
     try:
         trainer.train()
     finally:
         rollouts.close()
     seconds = time.perf_counter() - started
-    trained: Any = trainer.model.merge_and_unload() if settings.lora is not None else trainer.model  # type: ignore[union-attr, operator]
     model_dir = output / "model"
-    trained.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
+    trained = save_trained(trainer, tokenizer, model_dir, merged_lora=settings.lora is not None)
     history = [{k: float(v) for k, v in entry.items() if isinstance(v, int | float)}
                for entry in trainer.state.log_history if "reward" in entry]
     (model_dir / "evoharness_grpo.json").write_text(json.dumps({"settings": settings.model_dump(mode="json"),

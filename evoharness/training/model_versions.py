@@ -17,7 +17,8 @@ from typing import Any
 from evoharness.consolidation.bank import load_bank
 from evoharness.lineage import code_version
 from evoharness.training.grpo import GRPOSettings, train_grpo
-from evoharness.training.sft import LogCallback, SFTSettings, train_sft
+from evoharness.training.sft import SFTSettings, train_sft
+from evoharness.training.trainer_utils import LogCallback
 from warehouse import Warehouse
 
 SUMMARY_FIELDS = ("model_version", "stage", "parent_version", "dataset_id", "base_model", "train_examples",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,23 +17,12 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from evoharness.training.tiny_student import TINY, TinyStudentSpec, build_tiny_student
-
-LogCallback = Callable[[dict[str, float], int, int], None]
-"""Called with (logged metrics, global step, max steps) at every Trainer log."""
-
-
-class LoraSettings(BaseModel):
-    """LoRA adapters (merged into the saved model after training)."""
-
-    r: int = Field(default=64, ge=1)
-    alpha: int = Field(default=128, ge=1)
-    dropout: float = Field(default=0.05, ge=0, lt=1)
-    target_modules: str | list[str] = "all-linear"
+from evoharness.training.trainer_utils import LogCallback, LoraSettings, route_logs, save_trained
 
 
 class SFTSettings(BaseModel):
     """What to train and how. The defaults are the paper's (LoRA r=64, α=128, lr 1e-5 cosine, batch 16,
-    length 4096, 4 epochs) for a hub base; :meth:`tiny` gives settings that make a tiny student learn."""
+    length 4096, 4 epochs) for a hub base; :meth:`tiny_student` gives settings that make a tiny student learn."""
 
     base_model: str = Field(default="Qwen/Qwen3-8B", description=f"Hub id, local folder, or {TINY!r}.")
     tiny: TinyStudentSpec = Field(default_factory=TinyStudentSpec, description="Size, when base_model is tiny.")
@@ -121,25 +109,12 @@ def _base_model(settings: SFTSettings, train: Any, folder: Path) -> str:
     return str(build_tiny_student(folder, corpus(train), settings.tiny))
 
 
-def log_forwarder(on_log: LogCallback) -> Any:
-    """A ``TrainerCallback`` that forwards every Trainer log to ``on_log`` (progress in Dagster, the CLI)."""
-    from transformers import TrainerCallback
-
-    class ForwardLogs(TrainerCallback):  # type: ignore[misc]
-        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
-                   **kwargs: Any) -> None:
-            if logs:
-                on_log(dict(logs), state.global_step, state.max_steps)
-
-    return ForwardLogs()
-
-
 def train_sft(dataset_path: str, output_dir: str | Path, settings: SFTSettings,
               on_log: LogCallback | None = None) -> SFTResult:
     """Fine-tune ``settings.base_model`` on the dataset at ``dataset_path``; the merged model and its tokenizer
     are saved to ``<output_dir>/model``."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
     output = Path(output_dir)
@@ -159,19 +134,16 @@ def train_sft(dataset_path: str, output_dir: str | Path, settings: SFTSettings,
         disable_tqdm=True, dataloader_pin_memory=torch.cuda.is_available(),
     )
     trainer = SFTTrainer(model=model, args=config, train_dataset=train, eval_dataset=validation,
-                         processing_class=tokenizer, peft_config=_peft_config(settings))
-    if on_log is not None:  # logs go to on_log instead of stdout
-        trainer.remove_callback(PrinterCallback)
-        trainer.add_callback(log_forwarder(on_log))
+                         processing_class=tokenizer,
+                         peft_config=settings.lora.peft_config() if settings.lora is not None else None)
+    route_logs(trainer, on_log)
     started = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - started
     if validation is not None and not any("eval_loss" in h for h in trainer.state.log_history):
         trainer.evaluate()  # max_steps ended training before an epoch boundary
-    trained: Any = trainer.model.merge_and_unload() if settings.lora is not None else trainer.model  # type: ignore[union-attr, operator]
     model_dir = output / "model"
-    trained.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
+    trained = save_trained(trainer, tokenizer, model_dir, merged_lora=settings.lora is not None)
     history = trainer.state.log_history
     losses = [(int(h["step"]), float(h["loss"])) for h in history if "loss" in h]
     evals = [(int(h["step"]), float(h["eval_loss"])) for h in history if "eval_loss" in h]
@@ -185,12 +157,3 @@ def train_sft(dataset_path: str, output_dir: str | Path, settings: SFTSettings,
                                                                "dataset": dataset_path, "steps": result.steps}))
     return result
 
-
-def _peft_config(settings: SFTSettings) -> Any:
-    if settings.lora is None:
-        return None
-    from peft import LoraConfig
-
-    lora = settings.lora
-    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                      target_modules=lora.target_modules, task_type="CAUSAL_LM")

@@ -1,0 +1,57 @@
+"""What SFT and GRPO share around TRL's trainers: LoRA settings, progress forwarding, saving the result."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+LogCallback = Callable[[dict[str, float], int, int], None]
+"""Called with (logged metrics, global step, max steps) at every Trainer log."""
+
+
+class LoraSettings(BaseModel):
+    """LoRA adapters (merged into the saved model after training)."""
+
+    r: int = Field(default=64, ge=1)
+    alpha: int = Field(default=128, ge=1)
+    dropout: float = Field(default=0.05, ge=0, lt=1)
+    target_modules: str | list[str] = "all-linear"
+
+    def peft_config(self) -> Any:
+        from peft import LoraConfig
+
+        return LoraConfig(r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout,
+                          target_modules=self.target_modules, task_type="CAUSAL_LM")
+
+
+def log_forwarder(on_log: LogCallback) -> Any:
+    """A ``TrainerCallback`` that forwards every Trainer log to ``on_log`` (progress in Dagster, the CLI)."""
+    from transformers import TrainerCallback
+
+    class ForwardLogs(TrainerCallback):  # type: ignore[misc]
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
+                   **kwargs: Any) -> None:
+            if logs:
+                on_log(dict(logs), state.global_step, state.max_steps)
+
+    return ForwardLogs()
+
+
+def route_logs(trainer: Any, on_log: LogCallback | None) -> None:
+    """Send the trainer's logs to ``on_log`` instead of stdout (when given)."""
+    if on_log is not None:
+        from transformers import PrinterCallback
+
+        trainer.remove_callback(PrinterCallback)
+        trainer.add_callback(log_forwarder(on_log))
+
+
+def save_trained(trainer: Any, tokenizer: Any, model_dir: Path, merged_lora: bool) -> Any:
+    """Save the trained model (LoRA adapters merged into it) and its tokenizer; returns the saved model."""
+    trained = trainer.model.merge_and_unload() if merged_lora else trainer.model
+    trained.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    return trained

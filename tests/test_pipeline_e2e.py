@@ -1,0 +1,58 @@
+"""The whole graph in one Dagster instance: a teacher's distillation run, SFT, GRPO and the evaluations the
+new model versions trigger (slow: a few minutes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import duckdb
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_teacher_to_evaluated_students(tmp_path: Path, alfworld_data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from evoharness.teachers.registry import EXPERT
+    from pipelines.definitions import defs
+    from pipelines.partitions import register_teachers
+    from pipelines.sensors import distillation_run_config, new_model_version_sensor
+
+    db = tmp_path / "warehouse.duckdb"
+    monkeypatch.setenv("EVOHARNESS_DB", str(db))
+    monkeypatch.setenv("ALFWORLD_DATA", str(alfworld_data))
+    with dg.instance_for_test() as instance:
+        register_teachers(instance)
+        distilled = defs.resolve_job_def("distill_teacher").execute_in_process(
+            run_config=distillation_run_config(EXPERT.model_copy(update={"distill_games": 12})),
+            instance=instance, partition_key="expert")
+        assert distilled.success
+
+        students = dg.materialize(
+            [defs.resolve_assets_def("sft_student"), defs.resolve_assets_def("grpo_student")], instance=instance,
+            partition_key="expert", resources=defs.resources,  # type: ignore[arg-type]
+            run_config={"ops": {
+                "sft_student": {"config": {"epochs": 2}},
+                "grpo_student": {"config": {"games_limit": 4, "games_per_step": 2, "num_generations": 2,
+                                            "max_steps": 2, "episode_steps": 8, "max_new_tokens": 48}},
+            }})
+        assert students.success
+        checks = {c.check_name: c.passed for c in students.get_asset_check_evaluations()}
+        assert checks == {"sft_student_learned": True, "grpo_rollouts_healthy": True}
+
+        requests = new_model_version_sensor(dg.build_sensor_context(instance=instance, definitions=defs)).run_requests
+        assert len(requests) == 2
+        evaluation = defs.resolve_job_def("evaluate_student")
+        for request in requests:
+            config = {"ops": {"student_evaluation": {"config": {"limit": 1, "max_steps": 6, "max_tokens": 48}}}}
+            assert evaluation.execute_in_process(run_config=config, instance=instance,
+                                                 partition_key=request.partition_key).success
+    with duckdb.connect(str(db), read_only=True) as con:
+        stages = con.execute("SELECT stage, count(*) FROM model_versions GROUP BY 1 ORDER BY 1").fetchall()
+        evaluated = con.execute("SELECT count(DISTINCT policy), count(*) FROM policy_evaluation "
+                                "WHERE is_student AND task_type = 'ALL'").fetchone()
+        lineage = con.execute("SELECT count(*) FROM model_versions m JOIN datasets d USING (dataset_id) "
+                              "WHERE d.teacher = 'expert'").fetchone()[0]
+    assert stages == [("grpo", 1), ("sft", 1)]
+    assert evaluated == (2, 4)  # both versions on valid_seen and valid_unseen
+    assert lineage == 2
