@@ -17,14 +17,15 @@ from evoharness.training.model_versions import (
 from evoharness.training.sft import SFTSettings
 from evoharness.training.tiny_student import TINY
 from pipelines.partitions import register_model_version, teacher_partitions
-from pipelines.resources import AlfworldResource, WarehouseResource
+from pipelines.resources import AlfworldResource, StudentResource, WarehouseResource
 
 
 class SFTRunConfig(dg.Config):
     """Run config of a student's SFT. Unset fields take the preset of the base: the paper's LoRA settings for
     a hub model or folder, full fine-tuning with a large step for the locally built tiny student."""
 
-    base_model: str = Field(default=TINY, description=f"Hub id (e.g. Qwen/Qwen3-8B), local folder, or {TINY!r}.")
+    base_model: str | None = Field(default=None, description=f"Hub id (e.g. Qwen/Qwen3-8B), local folder, or {TINY!r} "
+                                   "(None: the students resource's base).")
     epochs: float | None = Field(default=None, description="Passes over the training split.")
     learning_rate: float | None = None
     batch_size: int | None = Field(default=None, description="Examples per optimizer step.")
@@ -34,10 +35,9 @@ class SFTRunConfig(dg.Config):
     max_steps: int | None = Field(default=None, description="Stop after this many optimizer steps.")
     bf16: bool | None = Field(default=None, description="bf16 mixed precision (GPU).")
     seed: int = 0
-    models_dir: str | None = Field(default=None, description="None: <warehouse folder>/models.")
 
-    def settings(self) -> SFTSettings:
-        return SFTSettings.for_base(**self.model_dump(exclude={"models_dir"}))
+    def settings(self, default_base: str) -> SFTSettings:
+        return SFTSettings.for_base(**(self.model_dump() | {"base_model": self.base_model or default_base}))
 
 
 @dg.asset(
@@ -51,10 +51,10 @@ class SFTRunConfig(dg.Config):
         description="The student learned: its last loss (validation if held out, else training) is below the first "
                     "logged training loss.")],
 )
-def sft_student(context: dg.AssetExecutionContext, config: SFTRunConfig,
-                warehouse: WarehouseResource) -> dg.MaterializeResult:
+def sft_student(context: dg.AssetExecutionContext, config: SFTRunConfig, warehouse: WarehouseResource,
+                students: StudentResource) -> dg.MaterializeResult:
     teacher = context.partition_key
-    settings = config.settings()
+    settings = config.settings(students.base())
 
     def on_log(logs: dict[str, float], step: int, max_steps: int) -> None:
         shown = {k: round(v, 4) for k, v in logs.items() if k in ("loss", "eval_loss", "mean_token_accuracy")}
@@ -62,8 +62,8 @@ def sft_student(context: dg.AssetExecutionContext, config: SFTRunConfig,
             context.log.info("step %d/%d %s", step, max_steps, shown)
 
     with warehouse.open() as wh:
-        models_root = config.models_dir or str(wh.path.parent / "models")
-        version = train_sft_version(wh, teacher, settings, models_root, context.run.run_id, on_log=on_log)
+        version = train_sft_version(wh, teacher, settings, students.models_root(wh), context.run.run_id,
+                                    on_log=on_log)
     register_model_version(context.instance, version.model_version)
     row = version.row
     chart = line_chart_png({"train loss": row["loss_history"], "validation loss": row["eval_history"]},
@@ -118,7 +118,6 @@ class GRPORunConfig(dg.Config):
     diversity_max: float | None = Field(default=None, description="λ_max of the annealed diversity bonus.")
     seed: int = 0
     engine: str | None = Field(default=None, description="Rollout engine (None: the fast engine).")
-    models_dir: str | None = Field(default=None, description="None: <warehouse folder>/models.")
 
 
 @dg.asset(
@@ -132,7 +131,7 @@ class GRPORunConfig(dg.Config):
         description="Every logged step played its rollouts without a failed episode.")],
 )
 def grpo_student(context: dg.AssetExecutionContext, config: GRPORunConfig, alfworld: AlfworldResource,
-                 warehouse: WarehouseResource) -> dg.MaterializeResult:
+                 warehouse: WarehouseResource, students: StudentResource) -> dg.MaterializeResult:
     teacher = context.partition_key
 
     def on_log(logs: dict[str, float], step: int, max_steps: int) -> None:
@@ -144,10 +143,9 @@ def grpo_student(context: dg.AssetExecutionContext, config: GRPORunConfig, alfwo
     with warehouse.open() as wh:
         parent = config.parent_version or newest_sft_version(wh, teacher)
         base = wh.scalar("SELECT base_model FROM model_versions WHERE model_version = ?", [parent])
-        settings = GRPOSettings.for_base(base, **config.model_dump(exclude={"parent_version", "engine", "models_dir"}))
-        models_root = config.models_dir or str(wh.path.parent / "models")
-        version = train_grpo_version(wh, parent, settings, models_root, context.run.run_id, on_log=on_log,
-                                     data_root=alfworld.root(), engine=config.engine)
+        settings = GRPOSettings.for_base(base, **config.model_dump(exclude={"parent_version", "engine"}))
+        version = train_grpo_version(wh, parent, settings, students.models_root(wh), context.run.run_id,
+                                     on_log=on_log, data_root=alfworld.root(), engine=config.engine)
     register_model_version(context.instance, version.model_version)
     history = version.row["rollout_history"] or []
     curves = {name: [(h["step"], h[key]) for h in history if key in h]

@@ -1,4 +1,4 @@
-"""Dagster resources: the warehouse file and the ALFWorld data folder, both configurable."""
+"""Dagster resources: the warehouse file, the ALFWorld data folder and the student base, all configurable."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 import dagster as dg
 
 from evoharness.envs.alfworld.catalog import GameCatalog
+from evoharness.training.tiny_student import TINY
 from warehouse import Warehouse, default_db_path
 
 
@@ -32,3 +33,18 @@ class AlfworldResource(dg.ConfigurableResource):
 
     def catalog(self) -> GameCatalog:
         return GameCatalog(self.root())
+
+
+class StudentResource(dg.ConfigurableResource):
+    """Where students start and where they are saved. ``base_model``: a hub id (``Qwen/Qwen3-8B``), a local
+    folder, or ``tiny`` (built locally; the default, from ``$EVOHARNESS_STUDENT_BASE`` when set).
+    ``models_dir`` defaults to ``<warehouse folder>/models``."""
+
+    base_model: str = ""
+    models_dir: str = ""
+
+    def base(self) -> str:
+        return self.base_model or os.environ.get("EVOHARNESS_STUDENT_BASE", TINY)
+
+    def models_root(self, warehouse: Warehouse) -> str:
+        return self.models_dir or str(warehouse.path.parent / "models")

@@ -2,9 +2,10 @@
 
 A teacher "is new" when its registry entry (``teachers.yaml``) has no ``teacher_episodes``
 materialization. The sensor adds missing partition keys and requests one ``distill_teacher`` run per new
-teacher: collection on ``distill_games`` train games, consolidation, curation, each gated by its blocking
-checks. The run key carries the entry's sha, so an edited entry is requested again but a failed run is
-not retried in a loop (rerun it from the UI; every stage resumes where it stopped).
+teacher: collection on ``distill_games`` train games, consolidation, curation, SFT and GRPO, each gated by
+its blocking checks; the new model versions then become evaluation runs (``new_model_version_sensor``). The
+run key carries the entry's sha, so an edited entry is requested again but a failed run is not retried in a
+loop (rerun it from the UI; every stage resumes where it stopped).
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from pipelines.partitions import MODEL_VERSION_PARTITIONS_NAME, TEACHER_PARTITIO
 
 TEACHER_EPISODES = dg.AssetKey("teacher_episodes")
 
-DISTILLATION_ASSETS = (TEACHER_EPISODES, dg.AssetKey("bpe_examples"), dg.AssetKey("sft_dataset"))
+DISTILLATION_ASSETS = (TEACHER_EPISODES, dg.AssetKey("bpe_examples"), dg.AssetKey("sft_dataset"),
+                       dg.AssetKey("sft_student"), dg.AssetKey("grpo_student"))
 
 distill_teacher_job = dg.define_asset_job(
     "distill_teacher",
     selection=dg.AssetSelection.assets(*DISTILLATION_ASSETS),
-    description="One teacher (the partition) from episodes on train games to a curated SFT dataset.",
+    description="One teacher (the partition) from episodes on train games to a curated dataset, an SFT student "
+                "and its GRPO successor (each new model version then gets an evaluation run).",
 )
 
 

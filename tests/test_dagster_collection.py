@@ -57,7 +57,8 @@ def test_materialize_games_and_expert_episodes(tmp_path: Path, alfworld_data: Pa
 
 def test_distill_teacher_job_turns_a_teacher_into_a_dataset(tmp_path: Path, alfworld_data: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """The job the sensor requests runs collection on train games, consolidation and curation, gated by checks."""
+    """The job the sensor requests runs collection on train games, consolidation, curation, SFT and GRPO, each
+    gated by its checks, and leaves two model versions to evaluate."""
     from evoharness.teachers.registry import EXPERT
     from pipelines.sensors import distillation_run_config
 
@@ -65,16 +66,22 @@ def test_distill_teacher_job_turns_a_teacher_into_a_dataset(tmp_path: Path, alfw
     monkeypatch.setenv("EVOHARNESS_DB", str(db))
     monkeypatch.setenv("ALFWORLD_DATA", str(alfworld_data))
     run_config = distillation_run_config(EXPERT.model_copy(update={"distill_games": 6}))
+    run_config["ops"] |= {  # the shortest real training: the full run is tests/test_pipeline_e2e.py (slow)
+        "sft_student": {"config": {"max_steps": 4, "max_length": 1024}},
+        "grpo_student": {"config": {"games_limit": 2, "games_per_step": 1, "num_generations": 2, "max_steps": 1,
+                                    "episode_steps": 2, "max_new_tokens": 8}},
+    }
     with dg.instance_for_test() as instance:
         register_teachers(instance)
         result = defs.resolve_job_def("distill_teacher").execute_in_process(
             run_config=run_config, instance=instance, partition_key="expert")
+        assert len(instance.get_dynamic_partitions("model_version")) == 2
     assert result.success
     materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
-    assert materialized == {"teacher_episodes", "bpe_examples", "sft_dataset"}
+    assert materialized == {"teacher_episodes", "bpe_examples", "sft_dataset", "sft_student", "grpo_student"}
     checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
     assert checks == {"teacher_episodes_integrity": True, "bpe_examples_quality": True,
-                      "sft_dataset_no_eval_games": True}
+                      "sft_dataset_no_eval_games": True, "sft_student_learned": True, "grpo_rollouts_healthy": True}
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.execute("SELECT count(*), min(split), max(split) FROM episodes").fetchone() == (6, "train", "train")
         assert con.execute("SELECT count(*) FROM datasets WHERE teacher = 'expert'").fetchone()[0] == 1

@@ -26,7 +26,7 @@ def test_student_plays_through_the_harness_and_reads_beside_its_teacher(curated_
             "JOIN teachers t ON t.name = e.teacher WHERE e.teacher = ?", [version.model_version]).fetchall()
         steps = wh.con.execute("SELECT count(*), count(s.output_tokens) FROM steps s JOIN episodes e USING (episode_id) "
                                "WHERE teacher = ?", [version.model_version]).fetchone()
-        bank = wh.scalar("SELECT bank_version FROM datasets WHERE dataset_id = ?", [version.dataset_id])
+        bank = wh.scalar("SELECT bank_version FROM datasets WHERE dataset_id = ?", [version.row["dataset_id"]])
         collect(CollectionConfig(split="valid_seen", limit=2, max_steps=3, engine="fast"), wh, "teacher-eval")
         again = evaluate(wh, EvaluationConfig(model_version=version.model_version, **QUICK), "eval2")
     assert first.by_split["valid_seen"].written == 2 and again.by_split["valid_seen"].skipped == 2  # resumable
@@ -52,15 +52,16 @@ def test_dagster_new_model_version_becomes_an_evaluation(curated_db: Path, tmp_p
     import assets.training as at
     from pipelines.definitions import defs
     from pipelines.partitions import MODEL_VERSION_PARTITIONS_NAME, register_teachers
-    from pipelines.resources import AlfworldResource, WarehouseResource
+    from pipelines.resources import AlfworldResource, StudentResource, WarehouseResource
     from pipelines.sensors import new_model_version_sensor
 
-    resources = {"warehouse": WarehouseResource(path=str(curated_db)), "alfworld": AlfworldResource()}
+    resources = {"warehouse": WarehouseResource(path=str(curated_db)), "alfworld": AlfworldResource(),
+                 "students": StudentResource(models_dir=str(tmp_path))}
     with dg.instance_for_test() as instance:
         register_teachers(instance)
         trained = dg.materialize([at.sft_student], instance=instance, partition_key="expert", resources=resources,
                                  run_config={"ops": {"sft_student": {"config": {
-                                     "max_steps": 2, "max_length": 1024, "models_dir": str(tmp_path)}}}})
+                                     "max_steps": 2, "max_length": 1024}}}})
         version = trained.get_asset_materialization_events()[0].materialization.metadata["model_version"].value
         assert instance.get_dynamic_partitions(MODEL_VERSION_PARTITIONS_NAME) == [version]
 

@@ -1,5 +1,5 @@
-"""The whole graph in one Dagster instance: a teacher's distillation run, SFT, GRPO and the evaluations the
-new model versions trigger (slow: a few minutes)."""
+"""The whole graph in one Dagster instance: a teacher's distillation run (collection to GRPO) and the
+evaluations its new model versions trigger (slow: a few minutes)."""
 
 from __future__ import annotations
 
@@ -23,22 +23,19 @@ def test_teacher_to_evaluated_students(tmp_path: Path, alfworld_data: Path, monk
     monkeypatch.setenv("ALFWORLD_DATA", str(alfworld_data))
     with dg.instance_for_test() as instance:
         register_teachers(instance)
+        run_config = distillation_run_config(EXPERT.model_copy(update={"distill_games": 12}))
+        run_config["ops"] |= {
+            "sft_student": {"config": {"epochs": 2}},
+            "grpo_student": {"config": {"games_limit": 4, "games_per_step": 2, "num_generations": 2, "max_steps": 2,
+                                        "episode_steps": 8, "max_new_tokens": 48}},
+        }
         distilled = defs.resolve_job_def("distill_teacher").execute_in_process(
-            run_config=distillation_run_config(EXPERT.model_copy(update={"distill_games": 12})),
-            instance=instance, partition_key="expert")
+            run_config=run_config, instance=instance, partition_key="expert")
         assert distilled.success
-
-        students = dg.materialize(
-            [defs.resolve_assets_def("sft_student"), defs.resolve_assets_def("grpo_student")], instance=instance,
-            partition_key="expert", resources=defs.resources,  # type: ignore[arg-type]
-            run_config={"ops": {
-                "sft_student": {"config": {"epochs": 2}},
-                "grpo_student": {"config": {"games_limit": 4, "games_per_step": 2, "num_generations": 2,
-                                            "max_steps": 2, "episode_steps": 8, "max_new_tokens": 48}},
-            }})
-        assert students.success
-        checks = {c.check_name: c.passed for c in students.get_asset_check_evaluations()}
-        assert checks == {"sft_student_learned": True, "grpo_rollouts_healthy": True}
+        materialized = {e.asset_key.to_user_string() for e in distilled.get_asset_materialization_events()}
+        assert materialized == {"teacher_episodes", "bpe_examples", "sft_dataset", "sft_student", "grpo_student"}
+        checks = {c.check_name: c.passed for c in distilled.get_asset_check_evaluations()}
+        assert all(checks.values()) and {"sft_student_learned", "grpo_rollouts_healthy"} <= set(checks)
 
         requests = new_model_version_sensor(dg.build_sensor_context(instance=instance, definitions=defs)).run_requests
         assert len(requests) == 2

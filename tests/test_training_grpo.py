@@ -71,18 +71,19 @@ def test_grpo_version_plays_trains_and_is_reused(curated_db: Path, tmp_path: Pat
 def test_dagster_grpo_student_registers_a_model_version(curated_db: Path, tmp_path: Path) -> None:
     import assets.training as at
     from pipelines.partitions import MODEL_VERSION_PARTITIONS_NAME, register_teachers
-    from pipelines.resources import AlfworldResource, WarehouseResource
+    from pipelines.resources import AlfworldResource, StudentResource, WarehouseResource
 
-    resources = {"warehouse": WarehouseResource(path=str(curated_db)), "alfworld": AlfworldResource()}
+    resources = {"warehouse": WarehouseResource(path=str(curated_db)), "alfworld": AlfworldResource(),
+                 "students": StudentResource(models_dir=str(tmp_path))}
     with dg.instance_for_test() as instance:
         register_teachers(instance)
         result = dg.materialize(
             [at.sft_student, at.grpo_student], instance=instance, partition_key="expert", resources=resources,
             run_config={"ops": {
-                "sft_student": {"config": {"max_steps": 2, "max_length": 1024, "models_dir": str(tmp_path)}},
+                "sft_student": {"config": {"max_steps": 2, "max_length": 1024}},
                 "grpo_student": {"config": {"games_limit": 2, "games_per_step": 1, "num_generations": 2,
                                             "max_steps": 1, "episode_steps": 2, "max_new_tokens": 8,
-                                            "call_cost": 0.05, "models_dir": str(tmp_path)}},
+                                            "call_cost": 0.05}},
             }})
         assert result.success
         events = {e.asset_key.to_user_string(): e.materialization.metadata

@@ -67,9 +67,9 @@ class GRPOSettings(BaseModel):
 
     @classmethod
     def tiny_student(cls, **overrides: Any) -> GRPOSettings:
-        """Small groups, short episodes and a larger step for a tiny student on CPU."""
-        return cls(**({"games_per_step": 2, "num_generations": 4, "learning_rate": 1e-4, "max_new_tokens": 64,
-                       "episode_steps": 20} | overrides))
+        """Small groups, short episodes, one pass over 32 games and a larger step, for a tiny student on CPU."""
+        return cls(**({"games_per_step": 2, "num_generations": 4, "games_limit": 32, "epochs": 1,
+                       "learning_rate": 1e-4, "max_new_tokens": 64, "episode_steps": 20} | overrides))
 
 
 @dataclass
