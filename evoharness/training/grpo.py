@@ -24,8 +24,9 @@ from evoharness.envs.alfworld import SEED_BANK, GameCatalog
 from evoharness.harness.budget import StepBudget
 from evoharness.harness.experience import ExperienceBankData, load_bank_file
 from evoharness.harness.prompts import load_prompt_set
+from evoharness.teachers.clients.hf_batching import Sampling
 from evoharness.training.reward import RewardConfig, TrajectoryStats, reward_functions
-from evoharness.training.rollout import GenerationSettings, Rollout, RolloutEngine
+from evoharness.training.rollout import Rollout, RolloutEngine
 from evoharness.training.tiny_student import TINY
 from evoharness.training.trainer_utils import LogCallback, LoraSettings, route_logs, save_trained
 
@@ -227,7 +228,7 @@ def train_grpo(model_path: str, output_dir: str | Path, settings: GRPOSettings, 
     )
     rollouts = RolloutEngine(
         load_prompt_set("alfworld/bpe"), run_settings,
-        GenerationSettings(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature),
+        Sampling(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature),
         data_root=data_root, engine=engine,
     )
     group = settings.num_generations

@@ -17,6 +17,7 @@ from evoharness.envs.alfworld import GameCatalog
 from evoharness.envs.pool import EnvPool
 from evoharness.harness.prompts import Mode, PromptSet
 from evoharness.teachers.base import PolicyOutput, TurnContext
+from evoharness.teachers.clients.hf_batching import BatchGenerator, Sampling
 
 
 @dataclass(frozen=True)
@@ -36,13 +37,6 @@ class Rollout:
 
 
 @dataclass
-class GenerationSettings:
-    max_new_tokens: int = 512
-    temperature: float = 1.0
-    top_p: float = 1.0
-
-
-@dataclass
 class ModelSession:
     """One episode of :class:`ModelPolicy`: generates each turn and keeps its token ids."""
 
@@ -50,18 +44,21 @@ class ModelSession:
     turns: list[TurnTokens] = field(default_factory=list)
 
     async def act(self, context: TurnContext) -> PolicyOutput:
-        prompt_ids, completion_ids, text = self.policy.generate(context.prompt.messages())
-        self.turns.append(TurnTokens(prompt_ids, completion_ids))
-        return PolicyOutput(text, input_tokens=len(prompt_ids), output_tokens=len(completion_ids))
+        tokenizer = self.policy.generator.tokenizer
+        prompt_ids = tokenizer.apply_chat_template(context.prompt.messages(), add_generation_prompt=True,
+                                                   tokenize=True, return_dict=True)["input_ids"]
+        completion_ids = await self.policy.generator.generate(prompt_ids, self.policy.sampling)
+        self.turns.append(TurnTokens(list(prompt_ids), completion_ids))
+        return PolicyOutput(tokenizer.decode(completion_ids, skip_special_tokens=True),
+                            input_tokens=len(prompt_ids), output_tokens=len(completion_ids))
 
 
 @dataclass
 class ModelPolicy:
-    """The policy interface around an in-memory causal LM (the model being trained)."""
+    """The policy interface around the model being trained; concurrent episodes' turns generate in batches."""
 
-    model: Any
-    tokenizer: Any
-    generation: GenerationSettings
+    generator: BatchGenerator
+    sampling: Sampling
     name: str = "grpo-rollout"
     needs_expert: bool = False
     sessions: dict[str, ModelSession] = field(default_factory=dict)
@@ -71,40 +68,20 @@ class ModelPolicy:
         self.sessions[episode_id] = session
         return session
 
-    def generate(self, messages: list[dict[str, str]]) -> tuple[list[int], list[int], str]:
-        """Sample one turn; returns (prompt ids, completion ids up to and including end-of-turn, text)."""
-        import torch
-
-        prompt_ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                        return_dict=True)["input_ids"]
-        inputs = torch.tensor([prompt_ids], device=self.model.device)
-        eos = self.tokenizer.eos_token_id
-        with torch.no_grad():
-            out = self.model.generate(
-                input_ids=inputs, attention_mask=torch.ones_like(inputs), do_sample=True,
-                temperature=self.generation.temperature, top_p=self.generation.top_p, top_k=None,
-                max_new_tokens=self.generation.max_new_tokens, eos_token_id=eos,
-                pad_token_id=self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos,
-            )
-        completion = out[0, len(prompt_ids):].tolist()
-        if eos in completion:
-            completion = completion[:completion.index(eos) + 1]
-        return list(prompt_ids), completion, self.tokenizer.decode(completion, skip_special_tokens=True)
-
 
 class RolloutEngine:
     """Plays groups of episodes of the model on named games (fast engine in-process by default)."""
 
-    def __init__(self, prompt_set: PromptSet, settings: RunSettings, generation: GenerationSettings,
+    def __init__(self, prompt_set: PromptSet, settings: RunSettings, sampling: Sampling, max_batch: int = 16,
                  data_root: str | None = None, engine: str | None = None) -> None:
-        self.prompt_set, self.settings, self.generation = prompt_set, settings, generation
+        self.prompt_set, self.settings, self.sampling, self.max_batch = prompt_set, settings, sampling, max_batch
         self.catalog = GameCatalog(data_root)
         self.pool = EnvPool(workers=0 if engine in (None, "fast") else None, engine=engine)
         self.bank_label = f"{settings.bank.bank_id}@v{settings.bank.version}"
 
     def play(self, game_ids: list[str], model: Any, tokenizer: Any, round_id: int) -> list[Rollout]:
         """One episode per entry of ``game_ids`` (repeats of a game are a GRPO group, told apart by seed)."""
-        policy = ModelPolicy(model, tokenizer, self.generation)
+        policy = ModelPolicy(BatchGenerator(model, tokenizer, max_batch=self.max_batch), self.sampling)
         specs = [
             EpisodeSpec(teacher=f"{policy.name}-{round_id}", game=self.catalog.get(game_id), mode=Mode.BPE,
                         seed=index, max_steps=self.settings.budget.max_steps, prompt_id=self.prompt_set.prompt_id,
