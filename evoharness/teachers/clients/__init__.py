@@ -40,5 +40,5 @@ def make_client(spec: TeacherSpec) -> ChatClient:
     if spec.provider is Provider.LOCAL_HF:
         from evoharness.teachers.clients.local_hf import LocalHFClient
 
-        return LocalHFClient(spec.model)
+        return LocalHFClient(spec.model, max_batch=spec.max_concurrency)
     raise ValueError(f"Teacher {spec.name!r} (provider {spec.provider.value}) has no chat client.")
