@@ -27,7 +27,7 @@ class EvaluationRunConfig(dg.Config):
 
 @dg.asset(
     partitions_def=model_version_partitions,
-    deps=[dg.AssetDep("sft_student", partition_mapping=dg.AllPartitionMapping())],
+    deps=[dg.AssetDep(key, partition_mapping=dg.AllPartitionMapping()) for key in ("sft_student", "grpo_student")],
     group_name="evaluation",
     description="Success per split and task type, steps, harness calls, invalid turns and tokens of one model "
                 "version, beside the teacher it was distilled from (policy_evaluation view).",
@@ -47,7 +47,8 @@ def student_evaluation(context: dg.AssetExecutionContext, config: EvaluationRunC
     with warehouse.open() as wh:
         result = evaluate(wh, evaluation, context.run.run_id, on_progress=on_progress)
     index = {c: i for i, c in enumerate(result.columns)}
-    student_rows = [r for r in result.rows if r[index["policy"]] == result.model_version and r[index["task_type"]] != "ALL"]
+    student_rows = [r for r in result.rows
+                    if r[index["policy"]] == result.model_version and r[index["task_type"]] != "ALL"]
     metadata: dict[str, dg.MetadataValue] = {
         "evaluation": dg.MetadataValue.md(markdown_table(result.columns, result.rows)),
         "episodes_written": dg.MetadataValue.int(sum(r.written for r in result.by_split.values())),

@@ -24,8 +24,9 @@ def test_student_plays_through_the_harness_and_reads_beside_its_teacher(curated_
         episodes = wh.con.execute(
             "SELECT e.split, e.status, e.n_steps, e.bank, t.provider, t.model FROM episodes e "
             "JOIN teachers t ON t.name = e.teacher WHERE e.teacher = ?", [version.model_version]).fetchall()
-        steps = wh.con.execute("SELECT count(*), count(s.output_tokens) FROM steps s JOIN episodes e USING (episode_id) "
-                               "WHERE teacher = ?", [version.model_version]).fetchone()
+        steps = wh.con.execute("SELECT count(*), count(s.output_tokens) FROM steps s "
+                               "JOIN episodes e USING (episode_id) WHERE teacher = ?",
+                               [version.model_version]).fetchone()
         bank = wh.scalar("SELECT bank_version FROM datasets WHERE dataset_id = ?", [version.row["dataset_id"]])
         collect(CollectionConfig(split="valid_seen", limit=2, max_steps=3, engine="fast"), wh, "teacher-eval")
         again = evaluate(wh, EvaluationConfig(model_version=version.model_version, **QUICK), "eval2")

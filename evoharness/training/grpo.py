@@ -209,7 +209,8 @@ def training_games(settings: GRPOSettings, data_root: str | None = None) -> list
     return [g.game_id for g in GameCatalog(data_root).games("train", settings.games_limit)]
 
 
-def train_grpo(model_path: str, output_dir: str | Path, settings: GRPOSettings, *, bank: ExperienceBankData | None = None,
+def train_grpo(model_path: str, output_dir: str | Path, settings: GRPOSettings, *,
+               bank: ExperienceBankData | None = None,
                data_root: str | None = None, engine: str | None = None,
                on_log: LogCallback | None = None) -> GRPOResult:
     """GRPO from the model at ``model_path`` (an SFT model version); saves to ``<output_dir>/model``."""
