@@ -116,6 +116,7 @@ class GRPORunConfig(dg.Config):
     max_new_tokens: int | None = Field(default=None, description="Completion tokens per turn.")
     call_cost: float | None = Field(default=None, description="λ_call per harness call (paper 0; alternative 0.05).")
     diversity_max: float | None = Field(default=None, description="λ_max of the annealed diversity bonus.")
+    lora_r: int | None = Field(default=None, description="LoRA rank (alpha = 2r); None or 0: full fine-tuning.")
     seed: int = 0
     engine: str | None = Field(default=None, description="Rollout engine (None: the fast engine).")
 

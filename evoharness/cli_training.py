@@ -61,6 +61,7 @@ def grpo_command(
     episode_steps: Annotated[int | None, typer.Option(help="Step budget per episode.")] = None,
     max_new_tokens: Annotated[int | None, typer.Option(help="Completion tokens per turn.")] = None,
     call_cost: Annotated[float | None, typer.Option(help="λ_call per harness call [default: 0].")] = None,
+    lora_r: Annotated[int | None, typer.Option(help="LoRA rank, alpha = 2r [default: full fine-tuning].")] = None,
     models_dir: Annotated[str | None, typer.Option(help="[default: <warehouse folder>/models]")] = None,
     db: DbOption = None,
 ) -> None:
@@ -68,7 +69,7 @@ def grpo_command(
     with Warehouse(db or default_db_path()) as wh:
         parent = parent_version or newest_sft_version(wh, teacher)
         base = wh.scalar("SELECT base_model FROM model_versions WHERE model_version = ?", [parent])
-        settings = GRPOSettings.for_base(base, call_cost=call_cost, games_per_step=games_per_step,
+        settings = GRPOSettings.for_base(base, call_cost=call_cost, lora_r=lora_r, games_per_step=games_per_step,
                                          num_generations=num_generations, games_limit=games_limit,
                                          max_steps=max_steps, learning_rate=learning_rate,
                                          episode_steps=episode_steps, max_new_tokens=max_new_tokens)

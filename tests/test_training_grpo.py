@@ -30,6 +30,17 @@ def test_group_advantages() -> None:
     assert group_advantages(rewards, group=2, scale="none").tolist() == [5.0, -5.0, 0.0, 0.0]
 
 
+def test_presets() -> None:
+    paper = GRPOSettings.for_base("Qwen/Qwen3-8B", lora_r=16, call_cost=0.05)
+    assert (paper.games_per_step, paper.num_generations, paper.learning_rate, paper.beta) == (16, 8, 1e-6, 0.01)
+    assert (paper.episode_steps, paper.max_new_tokens, paper.epochs) == (70, 512, 150)
+    assert paper.lora is not None and (paper.lora.r, paper.lora.alpha) == (16, 32)
+    assert paper.reward.call_cost == 0.05 and paper.reward.diversity_max == 0.5
+    tiny = GRPOSettings.for_base("tiny", max_steps=3)
+    assert (tiny.games_per_step, tiny.num_generations, tiny.games_limit, tiny.max_steps, tiny.lora) == (2, 4, 32, 3,
+                                                                                                         None)
+
+
 def test_every_turn_is_a_sample_with_its_trajectory_advantage(catalog) -> None:
     game = catalog.games("train", limit=1)[0]
     record = EpisodeRecord(EpisodeSpec("s", game, Mode.BPE, 0, 3, "p", "x"), "fast", datetime.now(UTC))

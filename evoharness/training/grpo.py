@@ -30,8 +30,6 @@ from evoharness.training.rollout import Rollout, RolloutEngine
 from evoharness.training.tiny_student import TINY
 from evoharness.training.trainer_utils import LogCallback, LoraSettings, route_logs, save_trained
 
-EPISODE_METRICS = ("success", "turns", "harness_calls", "invalid", "repeats")
-
 
 class GRPOSettings(BaseModel):
     """The paper's GRPO settings (group 8, 16 games per step, lr 1e-6, KL β 0.01, gradient clip 1.0, 512
@@ -57,10 +55,13 @@ class GRPOSettings(BaseModel):
 
     @classmethod
     def for_base(cls, base_model: str, call_cost: float | None = None, diversity_max: float | None = None,
-                 **overrides: Any) -> GRPOSettings:
+                 lora_r: int | None = None, **overrides: Any) -> GRPOSettings:
         """The preset for a student built on ``base_model`` with ``overrides`` (None values keep the preset);
-        ``call_cost`` and ``diversity_max`` set λ_call and λ_max of the reward."""
+        ``call_cost`` and ``diversity_max`` set λ_call and λ_max of the reward; ``lora_r`` trains LoRA adapters
+        of that rank (alpha 2r) instead of every weight (0 or None: full)."""
         given = {k: v for k, v in overrides.items() if v is not None}
+        if lora_r:
+            given["lora"] = LoraSettings(r=lora_r, alpha=2 * lora_r)
         reward: dict[str, Any] = {"call_cost": call_cost, "diversity_max": diversity_max}
         if any(v is not None for v in reward.values()):
             given["reward"] = RewardConfig(**{k: v for k, v in reward.items() if v is not None})
