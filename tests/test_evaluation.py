@@ -30,6 +30,8 @@ def test_student_plays_through_the_harness_and_reads_beside_its_teacher(curated_
         bank = wh.scalar("SELECT bank_version FROM datasets WHERE dataset_id = ?", [version.row["dataset_id"]])
         collect(CollectionConfig(split="valid_seen", limit=2, max_steps=3, engine="fast"), wh, "teacher-eval")
         again = evaluate(wh, EvaluationConfig(model_version=version.model_version, **QUICK), "eval2")
+        shorter = evaluate(wh, EvaluationConfig(model_version=version.model_version, **(QUICK | {"max_steps": 2})),
+                           "eval3")
     assert first.by_split["valid_seen"].written == 2 and again.by_split["valid_seen"].skipped == 2  # resumable
     assert len(episodes) == 2
     for split, status, n_steps, bank_label, provider, model in episodes:
@@ -41,6 +43,8 @@ def test_student_plays_through_the_harness_and_reads_beside_its_teacher(curated_
     assert policies == {version.model_version, "expert"}  # beside the teacher it was distilled from
     overall = [row for row in again.rows if row[2] == "ALL"]
     assert [(row[0], row[3]) for row in overall] == [(version.model_version, 2), ("expert", 2)]
+    # another step budget is another evaluation: never averaged with the first, and no teacher row at that budget
+    assert [(row[0], row[3], row[7]) for row in shorter.rows if row[2] == "ALL"] == [(version.model_version, 2, 2.0)]
 
 
 def test_unknown_model_version_is_a_clear_error(curated_db: Path) -> None:

@@ -84,5 +84,6 @@ def evaluate(wh: Warehouse, config: EvaluationConfig, run_id: str,
         progress = None if on_progress is None else (
             lambda done, total, record, split=split: on_progress(split, done, total, record))
         by_split[split] = collect(collection, wh, run_id, on_progress=progress, registry=registry)
-    columns, rows = wh.query("policy_evaluation_for", policy=spec.name, mode=config.mode.value)
+    columns, rows = wh.query("policy_evaluation_for", policy=spec.name, mode=config.mode.value,
+                             max_steps=config.max_steps)
     return EvaluationResult(config.model_version, by_split, columns, rows)
