@@ -1,5 +1,6 @@
 -- Evaluation of every policy (teachers and student model versions alike) on the evaluation splits, per
--- task type and overall ('ALL'), so a student reads side by side with the teacher it was distilled from.
+-- step budget, split and task type (overall: 'ALL'), so a student reads side by side with the teacher it was
+-- distilled from. Episodes played with different budgets are different evaluations, never averaged together.
 CREATE OR REPLACE VIEW policy_evaluation AS
 SELECT
     e.teacher                                       AS policy,
@@ -7,6 +8,7 @@ SELECT
     any_value(m.teacher)                            AS distilled_from,
     any_value(m.stage)                              AS stage,
     e.mode,
+    e.max_steps,
     e.split,
     coalesce(e.task_type, 'ALL')                    AS task_type,
     count(*)                                        AS episodes,
@@ -22,4 +24,4 @@ SELECT
 FROM episodes e
 LEFT JOIN model_versions m ON m.model_version = e.teacher
 WHERE e.split IN ('valid_seen', 'valid_unseen')
-GROUP BY e.teacher, e.mode, e.split, ROLLUP (e.task_type);
+GROUP BY e.teacher, e.mode, e.max_steps, e.split, ROLLUP (e.task_type);
