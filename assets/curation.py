@@ -7,7 +7,7 @@ from pydantic import Field
 
 from evoharness.consolidation.audit import quality_gate
 from evoharness.consolidation.config import QualityThresholds
-from evoharness.curation.build import curate
+from evoharness.curation.build import curate, newest_dataset
 from evoharness.curation.config import CurationConfig
 from evoharness.reporting.charts import bar_chart_png, markdown_image, markdown_table
 from pipelines.partitions import teacher_partitions
@@ -74,19 +74,19 @@ def sft_dataset_no_eval_games(context: dg.AssetCheckExecutionContext,
 
     teacher = context.partition_key if context.has_partition_key else "expert"
     with warehouse.open() as wh:
-        row = wh.con.execute("SELECT dataset_id, path FROM datasets WHERE teacher = ? ORDER BY created_at DESC LIMIT 1",
-                             [teacher]).fetchone()
-        if row is None:
+        try:
+            dataset_id, path = newest_dataset(wh, teacher)
+        except LookupError:
             return dg.AssetCheckResult(passed=False, metadata={"reason": dg.MetadataValue.text("no dataset")})
-        loaded = datasets.load_from_disk(row[1])
+        loaded = datasets.load_from_disk(path)
         on_disk = sorted({g for part in loaded.values() for g in part["game_id"]})
         splits = dict(wh.con.execute("SELECT game_id, split FROM games WHERE list_contains(?, game_id)",
                                      [on_disk]).fetchall())
-        leaks_sql = wh.scalar("SELECT count(*) FROM curation_leaks WHERE dataset_id = ?", [row[0]])
+        leaks_sql = wh.scalar("SELECT count(*) FROM curation_leaks WHERE dataset_id = ?", [dataset_id])
     leaks = [g for g in on_disk if splits.get(g) != "train"]
     return dg.AssetCheckResult(
         passed=not leaks and leaks_sql == 0,
-        metadata={"dataset_id": dg.MetadataValue.text(row[0]), "games": dg.MetadataValue.int(len(on_disk)),
+        metadata={"dataset_id": dg.MetadataValue.text(dataset_id), "games": dg.MetadataValue.int(len(on_disk)),
                   "non_train_games_on_disk": dg.MetadataValue.int(len(leaks)),
                   "curation_leaks_rows": dg.MetadataValue.int(int(leaks_sql))},
     )

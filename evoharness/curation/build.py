@@ -120,6 +120,16 @@ def curate(wh: Warehouse, config: CurationConfig, run_id: str) -> DatasetResult:
                          dropped, bank_version, reused=False)
 
 
+def newest_dataset(wh: Warehouse, teacher: str) -> tuple[str, str]:
+    """(dataset_id, path) of the teacher's newest curated dataset."""
+    row = wh.con.execute("SELECT dataset_id, path FROM datasets WHERE teacher = ? ORDER BY created_at DESC LIMIT 1",
+                         [teacher]).fetchone()
+    if row is None:
+        raise LookupError(f"No curated dataset for teacher {teacher!r}: materialize sft_dataset (or run "
+                          "`evoharness curate`) first.")
+    return row[0], row[1]
+
+
 def _composition(records: dict[str, list[dict[str, Any]]], chosen: list[Candidate]) -> dict[str, Any]:
     examples: dict[str, Counter[str]] = defaultdict(Counter)
     for split, part in records.items():

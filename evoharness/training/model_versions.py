@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from evoharness.consolidation.bank import load_bank
+from evoharness.curation.build import newest_dataset
 from evoharness.lineage import code_version
 from evoharness.training.grpo import GRPOSettings, train_grpo
 from evoharness.training.sft import SFTSettings, train_sft
@@ -43,16 +44,6 @@ class ModelVersion:
     def summary(self) -> dict[str, Any]:
         """The version's headline numbers as one flat row (tables, asset metadata)."""
         return {k: self.row[k] for k in SUMMARY_FIELDS}
-
-
-def newest_dataset(wh: Warehouse, teacher: str) -> tuple[str, str]:
-    """(dataset_id, path) of the teacher's newest curated dataset."""
-    row = wh.con.execute("SELECT dataset_id, path FROM datasets WHERE teacher = ? ORDER BY created_at DESC LIMIT 1",
-                         [teacher]).fetchone()
-    if row is None:
-        raise LookupError(f"No curated dataset for teacher {teacher!r}: materialize sft_dataset (or run "
-                          "`evoharness curate`) first.")
-    return row[0], row[1]
 
 
 def version_id(teacher: str, stage: str, source: str, settings: SFTSettings | GRPOSettings) -> str:
