@@ -21,15 +21,15 @@ from evoharness.training.model_versions import (
     train_sft_version,
 )
 from evoharness.training.sft import SFTSettings
-from evoharness.training.tiny_student import TINY
+from evoharness.training.tiny_student import STUDENT_PRESETS, TINY
 from evoharness.training.trainer_utils import LogCallback
 from warehouse import Warehouse, default_db_path
 
 
 def sft_command(
     teacher: Annotated[str, typer.Option(help="Teacher whose newest curated dataset to train on.")] = "expert",
-    base_model: Annotated[str, typer.Option(help=f"Hub id (e.g. Qwen/Qwen3-8B), local folder, or {TINY!r} "
-                                                 "(a tiny Qwen3 built here).")] = TINY,
+    base_model: Annotated[str, typer.Option(help="Hub id (e.g. Qwen/Qwen3-8B), local folder, or a student built "
+                                                 f"here: {' | '.join(STUDENT_PRESETS)}.")] = TINY,
     epochs: Annotated[float | None, typer.Option(help="Passes over the training split [default: preset].")] = None,
     learning_rate: Annotated[float | None, typer.Option(help="[default: preset]")] = None,
     batch_size: Annotated[int | None, typer.Option(help="Examples per optimizer step [default: preset].")] = None,
@@ -37,12 +37,17 @@ def sft_command(
     lora_r: Annotated[int | None, typer.Option(help="LoRA rank, alpha = 2r; 0: full fine-tuning "
                                                     "[default: 64 for a hub model, full for tiny].")] = None,
     max_steps: Annotated[int | None, typer.Option(help="Stop after this many optimizer steps.")] = None,
+    view: Annotated[str | None, typer.Option(help="bpe, or react: the dataset's environment turns without the "
+                                                  "workspace [default: bpe].")] = None,
+    prompt_set: Annotated[str | None, typer.Option(help="Re-render every turn with this prompt set [default: "
+                                                        "the preset's; the stored rendering for hub models].")] = None,
     models_dir: Annotated[str | None, typer.Option(help="[default: <warehouse folder>/models]")] = None,
     db: DbOption = None,
 ) -> None:
     """Fine-tune a student with TRL (SFT) and record it as a model version (same dataset + settings: reused)."""
     settings = SFTSettings.for_base(base_model, lora_r=lora_r, epochs=epochs, learning_rate=learning_rate,
-                                    batch_size=batch_size, max_length=max_length, max_steps=max_steps)
+                                    batch_size=batch_size, max_length=max_length, max_steps=max_steps, view=view,
+                                    prompt_set=prompt_set)
     with Warehouse(db or default_db_path()) as wh, training_progress("SFT steps", ("loss", "eval_loss")) as on_log:
         root = models_dir or str(wh.path.parent / "models")
         version = train_sft_version(wh, teacher, settings, root, new_run_id(), on_log=on_log)

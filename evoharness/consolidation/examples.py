@@ -76,7 +76,8 @@ def build_examples(
     visited: set[str] = set()
     opened: set[str] = set()
     for turn_index, planned in enumerate(plan):
-        prompt = workspace.render(current, observation, turn_index)  # every planned turn costs one step
+        turn_vars = workspace.turn_vars(current, observation, turn_index)  # every planned turn costs one step
+        prompt = prompt_set.render(workspace.system_vars(), turn_vars)
         belief_json, progress_json = belief.snapshot(), workspace.progress.snapshot()
         row_keys = keys | {"turn": turn_index}
         belief_rows.extend(check.row(**row_keys) for check in belief_checks(belief, facts))
@@ -123,6 +124,7 @@ def build_examples(
             "belief_json": belief_json, "progress_json": progress_json,
             "experience_json": {"bank": bank.version_label, "recalled": recalled, "notes": list(bank.notes)},
             "facts_json": facts_json(facts), "prompt_id": prompt.prompt_id, "prompt_sha": prompt.prompt_sha,
+            "turn_vars": turn_vars,
         })
     digest.env_steps = env_done
     digest.usage = {e.entry_id: e.usage - start_usage.get(e.entry_id, 0)

@@ -11,7 +11,8 @@ from typing import Any
 
 from warehouse import Warehouse
 
-_JSON_COLUMNS = ("belief_json", "progress_json", "experience_json", "facts_json", "entries_json", "source_episodes")
+_JSON_COLUMNS = ("belief_json", "progress_json", "experience_json", "facts_json", "entries_json", "source_episodes",
+                 "turn_vars")
 
 
 def insert_rows(wh: Warehouse, table: str, rows: Sequence[dict[str, Any]]) -> None:

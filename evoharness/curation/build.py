@@ -73,7 +73,7 @@ def curate(wh: Warehouse, config: CurationConfig, run_id: str) -> DatasetResult:
                          {"role": "assistant", "content": ex["target"]}],
             "episode_id": ex["episode_id"], "game_id": ex["game_id"], "task_type": ex["task_type"],
             "teacher": ex["teacher"], "consolidator": ex["consolidator"], "turn": ex["turn"], "kind": ex["kind"],
-            "bank_version": ex["bank_version"],
+            "bank_version": ex["bank_version"], "turn_vars": ex["turn_vars"],
         })
     keys = sorted((r["episode_id"], r["turn"]) for part in records.values() for r in part)
     content_sha = hashlib.sha256(json.dumps([keys, config.model_dump(exclude={"output_dir"})]).encode()).hexdigest()

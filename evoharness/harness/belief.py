@@ -28,6 +28,10 @@ class Belief(Protocol):
         """A compact text view for the prompt (size-capped)."""
         ...
 
+    def render_compact(self) -> str:
+        """The same view in fewer tokens (for small students' prompt sets)."""
+        ...
+
     def snapshot(self) -> dict[str, Any]:
         """A JSON-serialisable copy of the scene graph, for audits and training data."""
         ...

@@ -39,7 +39,14 @@ class Workspace:
 
     def render(self, current: StepResult, observation: str, steps_used: int) -> RenderedPrompt:
         """The prompt for the next turn; ``observation`` is the last env text or harness result."""
-        system_vars = {"max_steps": self.budget.max_steps}
+        return self.prompt_set.render(self.system_vars(), self.turn_vars(current, observation, steps_used))
+
+    def system_vars(self) -> dict[str, Any]:
+        return {"max_steps": self.budget.max_steps}
+
+    def turn_vars(self, current: StepResult, observation: str, steps_used: int) -> dict[str, Any]:
+        """Everything a turn template may show (JSON-serialisable): training examples keep it, so a student's
+        own prompt set can re-render any stored turn."""
         turn_vars: dict[str, Any] = {
             "objective": current.objective,
             "step": steps_used + 1,
@@ -51,10 +58,13 @@ class Workspace:
         if self.mode is Mode.BPE:
             turn_vars |= {
                 "belief": self.belief.render(),
+                "belief_compact": self.belief.render_compact(),
                 "progress": self.progress.render(),
                 "experience": self.bank.render(),
+                "bank_label": self.bank.version_label,
+                "notes_buffered": len(self.bank.notes),
             }
-        return self.prompt_set.render(system_vars, turn_vars)
+        return turn_vars
 
     def apply_meta(self, turn: ParsedTurn, t: int) -> str:
         """Execute a meta-action and return its result text (shown to the agent as the next observation)."""

@@ -12,11 +12,20 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from evoharness.training.tiny_student import TINY, TinyStudentSpec, build_tiny_student
+from evoharness.harness.prompts import load_prompt_set
+from evoharness.training.react_view import react_examples
+from evoharness.training.student_card import write_student_card
+from evoharness.training.tiny_student import (
+    STUDENT_PRESETS,
+    TINY,
+    TinyStudentSpec,
+    build_tiny_student,
+    is_local_preset,
+)
 from evoharness.training.trainer_utils import LogCallback, LoraSettings, route_logs, save_trained
 
 
@@ -24,8 +33,14 @@ class SFTSettings(BaseModel):
     """What to train and how. The defaults are the paper's (LoRA r=64, α=128, lr 1e-5 cosine, batch 16,
     length 4096, 4 epochs) for a hub base; :meth:`tiny_student` gives settings that make a tiny student learn."""
 
-    base_model: str = Field(default="Qwen/Qwen3-8B", description=f"Hub id, local folder, or {TINY!r}.")
-    tiny: TinyStudentSpec = Field(default_factory=TinyStudentSpec, description="Size, when base_model is tiny.")
+    base_model: str = Field(default="Qwen/Qwen3-8B",
+                            description=f"Hub id, local folder, or a student built here ({', '.join(STUDENT_PRESETS)}).")
+    student_spec: TinyStudentSpec | None = Field(default=None, description="Size of a student built here (None: "
+                                                 "the preset that base_model names).")
+    prompt_set: str | None = Field(default=None, description="Re-render every turn with this prompt set (e.g. "
+                                   "alfworld/bpe_compact); None: train on the teacher's rendering as stored.")
+    view: Literal["bpe", "react"] = Field(default="bpe", description="react: train on the dataset's environment "
+                                          "turns only, without the workspace (the BPE-vs-ReAct comparison).")
     lora: LoraSettings | None = Field(default_factory=LoraSettings, description="None: full fine-tuning.")
     epochs: float = Field(default=4, gt=0)
     learning_rate: float = Field(default=1e-5, gt=0)
@@ -34,6 +49,9 @@ class SFTSettings(BaseModel):
     batch_size: int = Field(default=16, ge=1, description="Examples per optimizer step.")
     per_device_batch_size: int = Field(default=4, ge=1)
     max_length: int = Field(default=4096, ge=16, description="Tokens per example; longer ones are truncated.")
+    group_by_length: bool = Field(default=False, description="Batch examples of similar length (less padding).")
+    padding_free: bool = Field(default=False, description="Concatenate a batch into one sequence, no padding.")
+    save_steps: int = Field(default=200, ge=1, description="Checkpoint every N steps; a rerun resumes from the last.")
     seed: int = 0
     bf16: bool = Field(default=False, description="bf16 mixed precision (GPUs only).")
     logging_steps: int = Field(default=5, ge=1)
@@ -41,9 +59,23 @@ class SFTSettings(BaseModel):
 
     @classmethod
     def tiny_student(cls, **overrides: Any) -> SFTSettings:
-        """Full fine-tuning of a tiny randomly initialised student: it needs a far larger step than LoRA."""
-        return cls(**({"base_model": TINY, "lora": None, "learning_rate": 3e-3, "batch_size": 8,
-                       "per_device_batch_size": 8, "warmup_ratio": 0.05} | overrides))
+        """Full fine-tuning of the tiny student built here (tests, demos)."""
+        return cls.local_student(TINY, **overrides)
+
+    @classmethod
+    def local_student(cls, preset: str, **overrides: Any) -> SFTSettings:
+        """Full fine-tuning of a randomly initialised student built here: a far larger step than LoRA, batches
+        of similar length, and the compact student rendering for every preset but ``tiny``."""
+        if not is_local_preset(preset):
+            raise ValueError(f"Unknown student preset {preset!r}; choose one of {', '.join(STUDENT_PRESETS)}.")
+        defaults: dict[str, Any] = {"base_model": preset, "lora": None, "learning_rate": 3e-3, "batch_size": 8,
+                                    "per_device_batch_size": 8, "warmup_ratio": 0.05, "group_by_length": True}
+        if preset != TINY:
+            view = overrides.get("view", "bpe")
+            defaults |= {"learning_rate": 1e-3, "batch_size": 16, "per_device_batch_size": 16, "epochs": 2,
+                         "max_length": 1024, "prompt_set": f"alfworld/{view}_compact", "logging_steps": 20,
+                         "save_steps": 100}
+        return cls(**(defaults | overrides))
 
     @classmethod
     def for_base(cls, base_model: str, lora_r: int | None = None, **overrides: Any) -> SFTSettings:
@@ -52,7 +84,13 @@ class SFTSettings(BaseModel):
         given = {k: v for k, v in overrides.items() if v is not None}
         if lora_r is not None:
             given["lora"] = LoraSettings(r=lora_r, alpha=2 * lora_r) if lora_r else None
-        return cls.tiny_student(**given) if base_model == TINY else cls(base_model=base_model, **given)
+        if is_local_preset(base_model):
+            return cls.local_student(base_model, **given)
+        return cls(base_model=base_model, **given)
+
+    def spec(self) -> TinyStudentSpec:
+        """The size of the student built here."""
+        return self.student_spec or STUDENT_PRESETS[self.base_model]
 
     @property
     def gradient_accumulation_steps(self) -> int:
@@ -85,16 +123,36 @@ def to_prompt_completion(example: dict[str, Any]) -> dict[str, Any]:
     return {"prompt": messages[:-1], "completion": messages[-1:]}
 
 
-def prepare_splits(dataset_path: str) -> tuple[Any, Any | None]:
-    """The curated dataset on disk as prompt-completion (train, validation or None when empty)."""
+def rerender(example: dict[str, Any], prompt_set: str) -> dict[str, Any]:
+    """The example's messages rendered again from its stored template variables with ``prompt_set``."""
+    if not example.get("turn_vars"):
+        raise ValueError(f"example {example.get('episode_id')}/{example.get('turn')} has no stored turn variables: "
+                         "reconsolidate (`evoharness consolidate --reconsolidate`) and curate again to train with "
+                         f"prompt set {prompt_set!r}")
+    turn_vars = json.loads(example["turn_vars"])
+    rendered = load_prompt_set(prompt_set).render({"max_steps": turn_vars["max_steps"]}, turn_vars)
+    return {"messages": [*rendered.messages(), example["messages"][-1]]}
+
+
+def prepare_splits(dataset_path: str, prompt_set: str | None = None,
+                   view: str = "bpe") -> tuple[Any, Any | None]:
+    """The curated dataset on disk as prompt-completion (train, validation or None when empty), re-rendered
+    with ``prompt_set`` when given. ``turn_vars`` is kept for decision metrics."""
     import datasets
 
     loaded = datasets.load_from_disk(dataset_path)
     if "train" not in loaded or len(loaded["train"]) == 0:
         raise ValueError(f"{dataset_path}: no training examples")
-    keep = ["prompt", "completion"]
-    parts = {name: part.map(to_prompt_completion, remove_columns=[c for c in part.column_names if c not in keep])
-             for name, part in loaded.items() if len(part)}
+    keep = ["prompt", "completion", "turn_vars"]
+    parts = {}
+    for name, part in loaded.items():
+        if view == "react":
+            part = datasets.Dataset.from_list(list(react_examples(part)))
+        if not len(part):
+            continue
+        if prompt_set is not None:
+            part = part.map(rerender, fn_kwargs={"prompt_set": prompt_set})
+        parts[name] = part.map(to_prompt_completion, remove_columns=[c for c in part.column_names if c not in keep])
     return parts["train"], parts.get("validation")
 
 
@@ -104,9 +162,11 @@ def corpus(dataset: Any) -> list[str]:
 
 
 def _base_model(settings: SFTSettings, train: Any, folder: Path) -> str:
-    if settings.base_model != TINY:
+    if not is_local_preset(settings.base_model):
         return settings.base_model
-    return str(build_tiny_student(folder, corpus(train), settings.tiny))
+    if (folder / "config.json").is_file():  # built by an earlier, interrupted run of the same training
+        return str(folder)
+    return str(build_tiny_student(folder, corpus(train), settings.spec()))
 
 
 def train_sft(dataset_path: str, output_dir: str | Path, settings: SFTSettings,
@@ -115,10 +175,11 @@ def train_sft(dataset_path: str, output_dir: str | Path, settings: SFTSettings,
     are saved to ``<output_dir>/model``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.trainer_utils import get_last_checkpoint
     from trl import SFTConfig, SFTTrainer
 
     output = Path(output_dir)
-    train, validation = prepare_splits(dataset_path)
+    train, validation = prepare_splits(dataset_path, settings.prompt_set, settings.view)
     base = _base_model(settings, train, output / "base")
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base, dtype="auto")
@@ -130,15 +191,19 @@ def train_sft(dataset_path: str, output_dir: str | Path, settings: SFTSettings,
         gradient_accumulation_steps=settings.gradient_accumulation_steps, max_length=settings.max_length,
         completion_only_loss=True, bf16=settings.bf16, seed=settings.seed, logging_steps=settings.logging_steps,
         logging_first_step=True,
-        eval_strategy="epoch" if validation is not None else "no", save_strategy="no", report_to="none",
-        disable_tqdm=True, dataloader_pin_memory=torch.cuda.is_available(),
+        eval_strategy="epoch" if validation is not None else "no", save_strategy="steps",
+        save_steps=settings.save_steps, save_total_limit=2, report_to="none", disable_tqdm=True,
+        dataloader_pin_memory=torch.cuda.is_available(), padding_free=settings.padding_free,
+        train_sampling_strategy="group_by_length" if settings.group_by_length else "random",
+        include_num_input_tokens_seen="non_padding",
     )
     trainer = SFTTrainer(model=model, args=config, train_dataset=train, eval_dataset=validation,
                          processing_class=tokenizer,
                          peft_config=settings.lora.peft_config() if settings.lora is not None else None)
     route_logs(trainer, on_log)
     started = time.perf_counter()
-    trainer.train()
+    trainer.train(resume_from_checkpoint=get_last_checkpoint(config.output_dir) if Path(config.output_dir).is_dir()
+                  else None)
     seconds = time.perf_counter() - started
     if validation is not None and not any("eval_loss" in h for h in trainer.state.log_history):
         trainer.evaluate()  # max_steps ended training before an epoch boundary
@@ -153,7 +218,7 @@ def train_sft(dataset_path: str, output_dir: str | Path, settings: SFTSettings,
         train_loss=losses[-1][1] if losses else None, eval_loss=evals[-1][1] if evals else None, seconds=seconds,
         parameters=sum(p.numel() for p in trained.parameters()), loss_history=losses, eval_history=evals,
     )
-    (model_dir / "evoharness_sft.json").write_text(json.dumps({"settings": settings.model_dump(mode="json"),
-                                                               "dataset": dataset_path, "steps": result.steps}))
+    write_student_card(model_dir, settings.prompt_set, {"settings": settings.model_dump(mode="json"),
+                                                         "dataset": dataset_path, "steps": result.steps})
     return result
 

@@ -31,6 +31,12 @@ _TREAT_FLAG = {"heat": "hot", "cool": "cool", "clean": "clean"}
 _WORD_RE = re.compile(r"[a-z]+")
 
 
+def _natural(name: str) -> tuple[str, int]:
+    """'cabinet 10' sorts after 'cabinet 9'."""
+    kind, _, number = name.rpartition(" ")
+    return (kind, int(number)) if number.isdigit() else (name, 0)
+
+
 def parse_items(text: str) -> list[str]:
     """'a apple 1, a bread 2, and a knife 1' -> ['apple 1', 'bread 2', 'knife 1']; 'nothing' -> []."""
     return [] if text.strip() == "nothing" else _ITEM_RE.findall(text)
@@ -169,6 +175,21 @@ class AlfworldBelief:
         unvisited = [r for r in self.receptacles if r not in self.visited]
         lines.append(f"- visited: {', '.join(self.visited) or 'none'}")
         lines.append(f"- not visited: {', '.join(unvisited) or 'none'}")
+        return "\n".join(lines)
+
+    def render_compact(self) -> str:
+        """The same scene graph in fewer tokens, for small students: only the task's objects are listed (the
+        rest are counted) and places are named once, in natural order."""
+        goal_words = set(_WORD_RE.findall(self.objective.lower()))
+        task_objects = sorted((o for o in self.located if o.rsplit(" ", 1)[0] in goal_words), key=_natural)
+        held = ", ".join(o + self._flag_text(o) for o in self.holding) or "nothing"
+        lines = [f"at: {self.at or 'middle of the room'} | holding: {held}"]
+        seen = "; ".join(f"{o}{self._flag_text(o)} on {self.located[o]}" for o in task_objects) or "none"
+        lines.append(f"task objects seen: {seen} | other objects seen: {len(self.located) - len(task_objects)}")
+        if self.opened:
+            lines.append(f"open: {', '.join(sorted(self.opened, key=_natural))}")
+        unvisited = sorted((r for r in self.receptacles if r not in self.visited), key=_natural)
+        lines.append(f"unvisited: {', '.join(unvisited) or 'none'}")
         return "\n".join(lines)
 
     def snapshot(self) -> dict[str, Any]:

@@ -1,0 +1,96 @@
+"""Action-constrained decoding for local students: think freely, then act only with what the game accepts.
+
+The turn grammar is ``<think>…</think><action>…</action>``. Once ``<action>`` has been written, every next
+token must continue one of the admissible commands (then ``</action>`` and the end-of-turn token) or, where
+meta-actions are allowed, one of ``track [``, ``commit [``, ``recall [``, ``note [`` followed by a free
+argument up to ``]</action>``. A student can then never lose a step to a misspelt command; which command it
+picks is still entirely its own (greedy or sampled from its distribution over the allowed tokens).
+
+Byte-level BPE never merges across the ``>`` of ``<action>`` and a following letter, nor across a digit and
+``</``, so a command's tokens in context equal the tokens of the command alone; that is what the trie holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from evoharness.harness.grammar import META_ACTIONS
+
+ACTION_OPEN, ACTION_CLOSE = "<action>", "</action>"
+
+
+@dataclass(frozen=True)
+class ActionSpace:
+    """What a turn may do: the admissible environment commands and whether meta-actions are allowed."""
+
+    commands: tuple[str, ...]
+    meta: bool = True
+
+
+@dataclass
+class _Trie:
+    children: dict[int, _Trie] = field(default_factory=dict)
+    free_after: bool = False  # a meta-action opener ends here: its argument is free text
+
+    def add(self, ids: list[int], free_after: bool = False) -> None:
+        node = self
+        for token in ids:
+            node = node.children.setdefault(token, _Trie())
+        node.free_after = node.free_after or free_after
+
+
+class ActionConstraint:
+    """The tokens allowed next, given the completion generated so far, for one turn's :class:`ActionSpace`."""
+
+    def __init__(self, tokenizer: Any, space: ActionSpace) -> None:
+        self.tokenizer = tokenizer
+        self.eos: int = tokenizer.eos_token_id
+        self.vocabulary = list(range(len(tokenizer)))
+        self.no_eos = [t for t in self.vocabulary if t != self.eos]
+        self.trie = _Trie()
+        for command in space.commands:
+            self.trie.add(self._ids(command + ACTION_CLOSE) + [self.eos])
+        if space.meta:
+            for kind in META_ACTIONS:
+                self.trie.add(self._ids(f"{kind.value} ["), free_after=True)
+
+    def _ids(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def allowed(self, generated: list[int]) -> list[int]:
+        """Allowed next tokens after ``generated`` (the completion so far, no prompt)."""
+        text = self.tokenizer.decode(generated, skip_special_tokens=False)
+        start = text.find(ACTION_OPEN)
+        if start < 0:
+            return self.no_eos  # still thinking: anything but ending the turn
+        action_start = self._token_index_after(generated, start + len(ACTION_OPEN))
+        if action_start is None:  # "<action>" ended inside a token (cannot happen with byte-level BPE)
+            return [self.eos]
+        node = self.trie
+        suffix = generated[action_start:]
+        for position, token in enumerate(suffix):
+            if node.free_after:
+                return self._free_argument(suffix[position:])
+            if token not in node.children:
+                return [self.eos]
+            node = node.children[token]
+        if node.free_after:
+            return self._free_argument([])
+        return list(node.children) or [self.eos]
+
+    def _free_argument(self, argument: list[int]) -> list[int]:
+        text = self.tokenizer.decode(argument, skip_special_tokens=False)
+        if text.endswith(ACTION_CLOSE):
+            return [self.eos]
+        return self.no_eos
+
+    def _token_index_after(self, generated: list[int], char_end: int) -> int | None:
+        """The index of the first token after ``<action>`` (searched from the end: the action part is short)."""
+        for index in range(len(generated), 0, -1):
+            prefix = self.tokenizer.decode(generated[:index], skip_special_tokens=False)
+            if len(prefix) < char_end:
+                return None
+            if len(prefix) == char_end and prefix.endswith(ACTION_OPEN):
+                return index
+        return None
