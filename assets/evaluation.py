@@ -17,11 +17,13 @@ class EvaluationRunConfig(dg.Config):
 
     splits: list[str] = Field(default=list(EVAL_SPLITS), description="Evaluation splits.")
     limit: int | None = Field(default=None, description="First N games per split (None: the full split).")
-    mode: str = Field(default="bpe", description="bpe or react.")
+    mode: str | None = Field(default=None, description="bpe or react (None: the mode the student trained in).")
     max_steps: int = Field(default=70, description="Step budget per episode.")
     max_tokens: int = Field(default=128, description="Completion tokens per turn.")
     temperature: float | None = Field(default=None, description="None: greedy.")
-    concurrency: int = Field(default=4, description="Episodes in flight.")
+    concurrency: int = Field(default=16, description="Episodes in flight (their turns generate as one batch).")
+    constrain_actions: bool = Field(default=True, description="Decode actions constrained to the admissible "
+                                    "commands and meta-actions.")
     engine: str | None = Field(default=None, description="textworld or fast (None: library default).")
 
 
@@ -35,7 +37,8 @@ class EvaluationRunConfig(dg.Config):
 def student_evaluation(context: dg.AssetExecutionContext, config: EvaluationRunConfig, alfworld: AlfworldResource,
                        warehouse: WarehouseResource) -> dg.MaterializeResult:
     evaluation = EvaluationConfig(
-        model_version=context.partition_key, splits=tuple(config.splits), limit=config.limit, mode=Mode(config.mode),
+        model_version=context.partition_key, splits=tuple(config.splits), limit=config.limit,
+        mode=Mode(config.mode) if config.mode else None, constrain_actions=config.constrain_actions,
         max_steps=config.max_steps, max_tokens=config.max_tokens, temperature=config.temperature,
         concurrency=config.concurrency, engine=config.engine, data_root=alfworld.root(),
     )

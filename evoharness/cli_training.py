@@ -114,17 +114,20 @@ def evaluate_command(
     split: Annotated[list[str] | None, typer.Option(help="Evaluation split (repeatable). [default: valid_seen "
                                                           "and valid_unseen]")] = None,
     limit: Annotated[int | None, typer.Option(help="First N games per split [default: the full split].")] = None,
-    mode: Annotated[Mode, typer.Option(help="bpe or react.")] = Mode.BPE,
+    mode: Annotated[Mode | None, typer.Option(help="bpe or react [default: the mode the student trained in].")] \
+        = None,
     max_steps: Annotated[int, typer.Option(help="Step budget per episode.")] = 70,
     max_tokens: Annotated[int, typer.Option(help="Completion tokens per turn.")] = 128,
-    concurrency: Annotated[int, typer.Option(help="Episodes in flight.")] = 4,
+    concurrency: Annotated[int, typer.Option(help="Episodes in flight (their turns generate as one batch).")] = 16,
+    constrain_actions: Annotated[bool, typer.Option(help="Decode actions constrained to admissible commands and "
+                                                         "meta-actions.")] = True,
     engine: Annotated[str | None, typer.Option(help="textworld or fast (default: the library default).")] = None,
     db: DbOption = None,
 ) -> None:
     """Play a model version on the evaluation splits (resumable) and print it beside its teacher."""
     config = EvaluationConfig(model_version=model_version, splits=tuple(split or EVAL_SPLITS), limit=limit,
                               mode=mode, max_steps=max_steps, max_tokens=max_tokens, concurrency=concurrency,
-                              engine=engine)
+                              engine=engine, constrain_actions=constrain_actions)
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
     with Warehouse(db or default_db_path()) as wh, Progress(*columns, console=console) as progress:
         tasks: dict[str, TaskID] = {}

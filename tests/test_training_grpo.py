@@ -76,7 +76,7 @@ def test_grpo_version_plays_trains_and_is_reused(curated_db: Path, tmp_path: Pat
         total = sum(v for k, v in step.items() if k.startswith("rewards/"))
         assert step["reward"] == pytest.approx(total, abs=1e-5)
     assert any("reward" in entry for entry in logs)
-    assert Path(version.path, "config.json").exists() and Path(version.path, "evoharness_grpo.json").exists()
+    assert Path(version.path, "config.json").exists() and Path(version.path, CARD_FILE).exists()
 
 
 def test_dagster_grpo_student_registers_a_model_version(curated_db: Path, tmp_path: Path) -> None:

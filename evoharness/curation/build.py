@@ -86,9 +86,8 @@ def curate(wh: Warehouse, config: CurationConfig, run_id: str) -> DatasetResult:
     dataset_id = f"{config.name}@v{version}"
     root = Path(config.output_dir) if config.output_dir else wh.path.parent / "datasets"
     path = (root / config.name / f"v{version}").resolve()
-    dataset = datasets.DatasetDict({name: datasets.Dataset.from_list(part) if part else
-                                    datasets.Dataset.from_dict({"messages": [], "episode_id": []})
-                                    for name, part in records.items()})
+    # an empty split is left out: datasets cannot load a split saved with no rows
+    dataset = datasets.DatasetDict({name: datasets.Dataset.from_list(part) for name, part in records.items() if part})
     dataset.save_to_disk(str(path))
     composition = _composition(records, chosen)
     bank = wh.con.execute(

@@ -17,6 +17,7 @@ from evoharness.agents.records import EpisodeRecord
 from evoharness.collection import CollectionConfig, CollectionResult, collect
 from evoharness.harness.prompts import Mode
 from evoharness.teachers.registry import Provider, TeacherRegistry, TeacherSpec
+from evoharness.training.student_card import read_student_card, student_prompt_set
 from warehouse import Warehouse
 
 EVAL_SPLITS = ("valid_seen", "valid_unseen")
@@ -28,11 +29,13 @@ class EvaluationConfig(BaseModel):
     model_version: str
     splits: tuple[str, ...] = EVAL_SPLITS
     limit: int | None = Field(default=None, description="First N games per split (None: the full split).")
-    mode: Mode = Mode.BPE
+    mode: Mode | None = Field(default=None, description="bpe or react (None: the mode the student trained in).")
     max_steps: int = Field(default=70, ge=1)
     max_tokens: int = Field(default=128, ge=1, description="Completion tokens per turn.")
     temperature: float | None = None
-    concurrency: int = Field(default=4, ge=1, description="Episodes in flight (generation itself is serial).")
+    constrain_actions: bool = Field(default=True, description="Decode actions constrained to the admissible "
+                                    "commands and meta-actions (local students).")
+    concurrency: int = Field(default=16, ge=1, description="Episodes in flight; their turns generate as one batch.")
     engine: str | None = None
     workers: int | None = None
     data_root: str | None = None
@@ -63,9 +66,12 @@ def student_policy(wh: Warehouse, config: EvaluationConfig) -> tuple[TeacherSpec
     if row is None:
         raise LookupError(f"Unknown model version {config.model_version!r}: train it first (sft_student / "
                           "`evoharness sft`).")
+    mode = config.mode or Mode(read_student_card(row[0]).get("settings", {}).get("view", "bpe"))
     spec = TeacherSpec(name=config.model_version, provider=Provider.LOCAL_HF, model=row[0], price_in=0.0,
                        price_out=0.0, max_concurrency=config.concurrency, max_tokens=config.max_tokens,
-                       temperature=config.temperature, mode=config.mode, distill_games=None)
+                       temperature=config.temperature, mode=mode, distill_games=None,
+                       prompt_template=student_prompt_set(row[0], mode),
+                       constrain_actions=config.constrain_actions)
     return spec, row[1]
 
 
@@ -73,6 +79,7 @@ def evaluate(wh: Warehouse, config: EvaluationConfig, run_id: str,
              on_progress: Callable[[str, int, int, EpisodeRecord], None] | None = None) -> EvaluationResult:
     """Play ``config.model_version`` on each split (resumable: finished episodes are kept) and summarise."""
     spec, bank_version = student_policy(wh, config)
+    config = config.model_copy(update={"mode": spec.mode})
     registry = TeacherRegistry([spec])
     by_split: dict[str, CollectionResult] = {}
     for split in config.splits:

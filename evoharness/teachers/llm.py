@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from evoharness.harness.prompts import Mode
 from evoharness.teachers.base import PolicyError, PolicyOutput, TurnContext
 from evoharness.teachers.clients.base import ChatClient, ClientError, Completion, aclose_client
+from evoharness.teachers.clients.constrained import ActionSpace
 from evoharness.teachers.registry import TeacherSpec
 from evoharness.teachers.retry import Cooldown, RetriesExhausted, with_retries
 
@@ -52,7 +53,9 @@ class LLMSession:
         label = f"{spec.name} episode {self.episode_id[:8]} turn {context.t}"
         refusals = empties = 0
         while True:
-            completion = await self.teacher.call(context.prompt.messages(), label)
+            space = ActionSpace(tuple(context.result.admissible_commands), meta=context.mode is Mode.BPE) \
+                if spec.constrain_actions else None
+            completion = await self.teacher.call(context.prompt.messages(), label, space)
             usage.add(completion, spec)
             if completion.refused and refusals < spec.retry.refusal_retries:
                 refusals += 1
@@ -92,12 +95,16 @@ class LLMTeacher:
         """Close the client's connections; call on the event loop that ran the episodes."""
         await aclose_client(self.client)
 
-    async def call(self, messages: list[dict[str, str]], label: str) -> Completion:
-        """One completion with retries; :class:`PolicyError` when it cannot be had."""
+    async def call(self, messages: list[dict[str, str]], label: str,
+                   action_space: ActionSpace | None = None) -> Completion:
+        """One completion with retries; :class:`PolicyError` when it cannot be had. ``action_space`` reaches
+        clients that decode constrained (local models); the others never see it."""
         spec = self.spec
+        options = {"action_space": action_space} if action_space is not None else {}
         try:
             return await with_retries(
-                lambda: self.client.complete(messages, max_tokens=spec.max_tokens, temperature=spec.temperature),
+                lambda: self.client.complete(messages, max_tokens=spec.max_tokens, temperature=spec.temperature,
+                                             **options),
                 spec.retry, cooldown=self.cooldown, rng=self.rng, label=label,
             )
         except ClientError as exc:  # permanent: bad request, auth, context too long

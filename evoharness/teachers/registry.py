@@ -61,6 +61,8 @@ class TeacherSpec(BaseModel):
     max_tokens: int = Field(default=512, ge=1, description="Completion tokens per turn.")
     mode: Mode = Field(default=Mode.BPE, description="Default interface: bpe or react.")
     prompt_template: str = Field(default="alfworld/{mode}", description="Prompt set id; {mode} is filled in.")
+    constrain_actions: bool = Field(default=False, description=(
+        "local_hf: decode each action constrained to the admissible commands and meta-actions."))
     retry: RetryConfig = Field(default_factory=RetryConfig)
     distill_games: int | None = Field(default=DEFAULT_DISTILL_GAMES, ge=1, description=(
         "Train games a distillation run (sensor → distill_teacher job) collects on; None: every train game."))

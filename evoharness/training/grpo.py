@@ -11,7 +11,6 @@ ratio, KL to the reference with β), optimizer, scheduler, logging and checkpoin
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,11 +22,12 @@ from evoharness.agents.runner import RunSettings
 from evoharness.envs.alfworld import SEED_BANK, GameCatalog
 from evoharness.harness.budget import StepBudget
 from evoharness.harness.experience import ExperienceBankData, load_bank_file
-from evoharness.harness.prompts import load_prompt_set
+from evoharness.harness.prompts import Mode, load_prompt_set
 from evoharness.teachers.clients.hf_batching import Sampling
 from evoharness.training.reward import RewardConfig, TrajectoryStats, reward_functions
 from evoharness.training.rollout import Rollout, RolloutEngine
-from evoharness.training.tiny_student import TINY
+from evoharness.training.student_card import read_student_card, student_prompt_set, write_student_card
+from evoharness.training.tiny_student import TINY, is_local_preset
 from evoharness.training.trainer_utils import LogCallback, LoraSettings, route_logs, save_trained
 
 
@@ -65,7 +65,18 @@ class GRPOSettings(BaseModel):
         reward: dict[str, Any] = {"call_cost": call_cost, "diversity_max": diversity_max}
         if any(v is not None for v in reward.values()):
             given["reward"] = RewardConfig(**{k: v for k, v in reward.items() if v is not None})
-        return cls.tiny_student(**given) if base_model == TINY else cls(**given)
+        if base_model == TINY:
+            return cls.tiny_student(**given)
+        if is_local_preset(base_model):
+            return cls.local_student(**given)
+        return cls(**given)
+
+    @classmethod
+    def local_student(cls, **overrides: Any) -> GRPOSettings:
+        """A student built here that already plays (``small``): groups of 4 on 4 games a step, episodes of 50 steps,
+        a step large enough to move a few-million-parameter model within tens of steps."""
+        return cls(**({"games_per_step": 4, "num_generations": 4, "epochs": 1, "learning_rate": 2e-5,
+                       "max_new_tokens": 48, "episode_steps": 50} | overrides))
 
     @classmethod
     def tiny_student(cls, **overrides: Any) -> GRPOSettings:
@@ -220,6 +231,7 @@ def train_grpo(model_path: str, output_dir: str | Path, settings: GRPOSettings, 
     from trl import GRPOConfig
 
     output = Path(output_dir)
+    prompt_set = student_prompt_set(model_path, Mode.BPE)  # the rendering the student was trained with
     games = training_games(settings, data_root)
     dataset = datasets.Dataset.from_list([{"prompt": [{"role": "user", "content": g}], "game_id": g} for g in games])
     tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -229,7 +241,7 @@ def train_grpo(model_path: str, output_dir: str | Path, settings: GRPOSettings, 
         concurrency=settings.games_per_step * settings.num_generations, bank=bank or load_bank_file(SEED_BANK),
     )
     rollouts = RolloutEngine(
-        load_prompt_set("alfworld/bpe"), run_settings,
+        load_prompt_set(prompt_set), run_settings,
         Sampling(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature),
         data_root=data_root, engine=engine,
     )
@@ -258,7 +270,7 @@ def train_grpo(model_path: str, output_dir: str | Path, settings: GRPOSettings, 
     trained = save_trained(trainer, tokenizer, model_dir, merged_lora=settings.lora is not None)
     history = [{k: float(v) for k, v in entry.items() if isinstance(v, int | float)}
                for entry in trainer.state.log_history if "reward" in entry]
-    (model_dir / "evoharness_grpo.json").write_text(json.dumps({"settings": settings.model_dump(mode="json"),
-                                                                "start": model_path, "games": len(games)}))
+    write_student_card(model_dir, read_student_card(model_path).get("prompt_set"), {
+        "settings": settings.model_dump(mode="json") | {"view": "bpe"}, "start": model_path, "games": len(games)})
     return GRPOResult(model_dir=str(model_dir), games=len(games), steps=trainer.state.global_step, seconds=seconds,
                       parameters=sum(p.numel() for p in trained.parameters()), history=history)

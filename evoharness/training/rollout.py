@@ -17,6 +17,7 @@ from evoharness.envs.alfworld import GameCatalog
 from evoharness.envs.pool import EnvPool
 from evoharness.harness.prompts import Mode, PromptSet
 from evoharness.teachers.base import PolicyOutput, TurnContext
+from evoharness.teachers.clients.constrained import ActionConstraint, ActionSpace
 from evoharness.teachers.clients.hf_batching import BatchGenerator, Sampling
 
 
@@ -47,7 +48,10 @@ class ModelSession:
         tokenizer = self.policy.generator.tokenizer
         prompt_ids = tokenizer.apply_chat_template(context.prompt.messages(), add_generation_prompt=True,
                                                    tokenize=True, return_dict=True)["input_ids"]
-        completion_ids = await self.policy.generator.generate(prompt_ids, self.policy.sampling)
+        constraint = ActionConstraint(tokenizer, ActionSpace(tuple(context.result.admissible_commands),
+                                                             meta=context.mode is Mode.BPE)) \
+            if self.policy.constrain_actions else None
+        completion_ids = await self.policy.generator.generate(prompt_ids, self.policy.sampling, constraint)
         self.turns.append(TurnTokens(list(prompt_ids), completion_ids))
         return PolicyOutput(tokenizer.decode(completion_ids, skip_special_tokens=True),
                             input_tokens=len(prompt_ids), output_tokens=len(completion_ids))
@@ -59,6 +63,7 @@ class ModelPolicy:
 
     generator: BatchGenerator
     sampling: Sampling
+    constrain_actions: bool = True
     name: str = "grpo-rollout"
     needs_expert: bool = False
     sessions: dict[str, ModelSession] = field(default_factory=dict)

@@ -1,10 +1,12 @@
-"""Action-constrained decoding for local students: think freely, then act only with what the game accepts.
+"""Grammar- and action-constrained decoding for local students: one thought, then only what the game accepts.
 
-The turn grammar is ``<think>…</think><action>…</action>``. Once ``<action>`` has been written, every next
-token must continue one of the admissible commands (then ``</action>`` and the end-of-turn token) or, where
-meta-actions are allowed, one of ``track [``, ``commit [``, ``recall [``, ``note [`` followed by a free
-argument up to ``]</action>``. A student can then never lose a step to a misspelt command; which command it
-picks is still entirely its own (greedy or sampled from its distribution over the allowed tokens).
+A completion is held to the turn grammar as chat templates render it (Qwen3: ``<think>\n`` one line of
+thought ``\n</think>\n\n<action>`` …): the thought is free text on one line without tags, and once
+``<action>`` has been written every next token must continue one of the admissible commands (then
+``</action>`` and the end-of-turn token) or, where meta-actions are allowed, one of ``track [``,
+``commit [``, ``recall [``, ``note [`` followed by a free argument up to ``]</action>``. A student can then
+never lose a step to a malformed turn or a misspelt command; which command it picks is still entirely its
+own (greedy, or sampled from its distribution over the allowed tokens).
 
 Byte-level BPE never merges across the ``>`` of ``<action>`` and a following letter, nor across a digit and
 ``</``, so a command's tokens in context equal the tokens of the command alone; that is what the trie holds.
@@ -18,6 +20,8 @@ from typing import Any
 from evoharness.harness.grammar import META_ACTIONS
 
 ACTION_OPEN, ACTION_CLOSE = "<action>", "</action>"
+THINK_OPEN = "<think>\n"
+THINK_TO_ACTION = "\n</think>\n\n" + ACTION_OPEN
 
 
 @dataclass(frozen=True)
@@ -46,8 +50,7 @@ class ActionConstraint:
     def __init__(self, tokenizer: Any, space: ActionSpace) -> None:
         self.tokenizer = tokenizer
         self.eos: int = tokenizer.eos_token_id
-        self.vocabulary = list(range(len(tokenizer)))
-        self.no_eos = [t for t in self.vocabulary if t != self.eos]
+        self.pieces, self.plain, self.markup, self.no_eos = _vocabulary(tokenizer)
         self.trie = _Trie()
         for command in space.commands:
             self.trie.add(self._ids(command + ACTION_CLOSE) + [self.eos])
@@ -63,7 +66,7 @@ class ActionConstraint:
         text = self.tokenizer.decode(generated, skip_special_tokens=False)
         start = text.find(ACTION_OPEN)
         if start < 0:
-            return self.no_eos  # still thinking: anything but ending the turn
+            return self._thinking(text)
         action_start = self._token_index_after(generated, start + len(ACTION_OPEN))
         if action_start is None:  # "<action>" ended inside a token (cannot happen with byte-level BPE)
             return [self.eos]
@@ -78,6 +81,12 @@ class ActionConstraint:
         if node.free_after:
             return self._free_argument([])
         return list(node.children) or [self.eos]
+
+    def _thinking(self, text: str) -> list[int]:
+        """Before ``<action>``: tokens that keep ``text`` a prefix of ``<think>\n`` thought ``\n</think>…<action>``."""
+        if len(text) < len(THINK_OPEN) or "\n" in text[len(THINK_OPEN):]:  # opening, or closing the thought
+            return [t for t in self.markup + self.plain if _grammatical(text + self.pieces[t])] or [self.eos]
+        return self.plain + [t for t in self.markup if _grammatical(text + self.pieces[t])]
 
     def _free_argument(self, argument: list[int]) -> list[int]:
         text = self.tokenizer.decode(argument, skip_special_tokens=False)
@@ -94,3 +103,36 @@ class ActionConstraint:
             if len(prefix) == char_end and prefix.endswith(ACTION_OPEN):
                 return index
         return None
+
+
+def _grammatical(text: str) -> bool:
+    """Whether ``text`` can still become ``<think>\n`` + one line of thought + ``\n</think>\n\n<action>`` + …
+    (what follows ``<action>`` is the trie's business, so any text there is accepted here)."""
+    if len(text) <= len(THINK_OPEN):
+        return THINK_OPEN.startswith(text)
+    if not text.startswith(THINK_OPEN):
+        return False
+    rest = text[len(THINK_OPEN):]
+    cut = rest.find("\n")
+    if cut < 0:
+        return "<" not in rest
+    thought, tail = rest[:cut], rest[cut:]
+    if "<" in thought or not thought.strip():
+        return False
+    return THINK_TO_ACTION.startswith(tail) or tail.startswith(THINK_TO_ACTION)
+
+
+_VOCABULARIES: dict[int, tuple[list[str], list[int], list[int], list[int]]] = {}
+
+
+def _vocabulary(tokenizer: Any) -> tuple[list[str], list[int], list[int], list[int]]:
+    """Per tokenizer, once: each token's text, the plain tokens (no tag, no newline), the markup tokens, and
+    every token but the end of turn."""
+    key = id(tokenizer)
+    if key not in _VOCABULARIES:
+        eos = tokenizer.eos_token_id
+        pieces = [tokenizer.decode([t], skip_special_tokens=False) for t in range(len(tokenizer))]
+        plain = [t for t, text in enumerate(pieces) if text and "<" not in text and "\n" not in text and t != eos]
+        markup = [t for t, text in enumerate(pieces) if text and ("<" in text or "\n" in text)]
+        _VOCABULARIES[key] = (pieces, plain, markup, [t for t in range(len(pieces)) if t != eos])
+    return _VOCABULARIES[key]

@@ -14,6 +14,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from evoharness.teachers.clients.constrained import ActionConstraint
+
 
 @dataclass(frozen=True)
 class Sampling:
@@ -28,6 +30,7 @@ class Sampling:
 class _Request:
     prompt_ids: list[int]
     future: asyncio.Future[list[int]]
+    constraint: ActionConstraint | None = None
 
 
 @dataclass
@@ -43,9 +46,11 @@ class BatchGenerator:
     _draining: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    async def generate(self, prompt_ids: list[int], sampling: Sampling) -> list[int]:
+    async def generate(self, prompt_ids: list[int], sampling: Sampling,
+                       constraint: ActionConstraint | None = None) -> list[int]:
+        """The completion of one prompt; ``constraint`` restricts its action to what the game accepts."""
         future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
-        self._pending[sampling].append(_Request(list(prompt_ids), future))
+        self._pending[sampling].append(_Request(list(prompt_ids), future, constraint))
         if not self._draining:
             self._draining = True
             asyncio.get_running_loop().create_task(self._drain())
@@ -63,7 +68,8 @@ class BatchGenerator:
                 else:
                     del self._pending[sampling]
                 try:
-                    results = await asyncio.to_thread(self.run_batch, [r.prompt_ids for r in batch], sampling)
+                    results = await asyncio.to_thread(self.run_batch, [r.prompt_ids for r in batch], sampling,
+                                                      [r.constraint for r in batch])
                 except Exception as exc:  # noqa: BLE001 - not swallowed: every waiting episode gets it
                     for request in batch:
                         if not request.future.done():
@@ -82,8 +88,10 @@ class BatchGenerator:
             seen = waiting
             await asyncio.sleep(0)
 
-    def run_batch(self, prompts: list[list[int]], sampling: Sampling) -> list[list[int]]:
-        """One left-padded ``generate`` over ``prompts``; the completions without padding."""
+    def run_batch(self, prompts: list[list[int]], sampling: Sampling,
+                  constraints: list[ActionConstraint | None] | None = None) -> list[list[int]]:
+        """One left-padded ``generate`` over ``prompts``; the completions without padding. A row with a
+        constraint only ever gets the tokens it allows."""
         import torch
 
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
@@ -99,9 +107,27 @@ class BatchGenerator:
                 input_ids=input_ids, attention_mask=attention, max_new_tokens=sampling.max_new_tokens,
                 do_sample=sample, temperature=sampling.temperature if sample else None,
                 top_p=sampling.top_p if sample else None, top_k=None, eos_token_id=eos, pad_token_id=pad_id,
+                prefix_allowed_tokens_fn=_allowed_tokens(constraints, width, eos, self.model.config.vocab_size),
             )
         self.batch_sizes.append(len(prompts))
         completions = []
         for row in out[:, width:].tolist():  # rows that ended early are padded after their end-of-turn token
             completions.append(row[:row.index(eos) + 1] if eos in row else row)
         return completions
+
+
+def _allowed_tokens(constraints: list[ActionConstraint | None] | None, width: int, eos: int,
+                    vocab_size: int) -> Any:
+    """``generate``'s ``prefix_allowed_tokens_fn`` for per-row constraints (None: no row is constrained)."""
+    if not constraints or all(c is None for c in constraints):
+        return None
+    everything = list(range(vocab_size))
+
+    def allowed(row: int, input_ids: Any) -> list[int]:
+        constraint = constraints[row]
+        if constraint is None:
+            return everything
+        generated = input_ids[width:].tolist()
+        return [eos] if eos in generated else constraint.allowed(generated)
+
+    return allowed

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from evoharness.teachers.clients.base import Completion, ContextTooLongError
+from evoharness.teachers.clients.constrained import ActionConstraint, ActionSpace
 from evoharness.teachers.clients.hf_batching import BatchGenerator, Sampling
 
 
@@ -37,8 +38,10 @@ class LocalHFClient:
             return self._generator
 
     async def complete(
-        self, messages: list[dict[str, str]], *, max_tokens: int, temperature: float | None
+        self, messages: list[dict[str, str]], *, max_tokens: int, temperature: float | None,
+        action_space: ActionSpace | None = None,
     ) -> Completion:
+        """One turn; with ``action_space`` the action is decoded constrained (:mod:`.constrained`)."""
         started = time.perf_counter()
         generator = self._generator if self._generator is not None else await asyncio.to_thread(self._load)
         tokenizer: Any = generator.tokenizer
@@ -47,7 +50,8 @@ class LocalHFClient:
         limit = getattr(generator.model.config, "max_position_embeddings", None)
         if limit is not None and len(prompt_ids) + max_tokens > limit:
             raise ContextTooLongError(f"context too long: {len(prompt_ids)} prompt tokens + {max_tokens} > {limit}")
-        completion = await generator.generate(prompt_ids, Sampling(max_tokens, temperature or None))
+        constraint = ActionConstraint(tokenizer, action_space) if action_space is not None else None
+        completion = await generator.generate(prompt_ids, Sampling(max_tokens, temperature or None), constraint)
         eos = tokenizer.eos_token_id
         return Completion(
             text=tokenizer.decode(completion, skip_special_tokens=True),

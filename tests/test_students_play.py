@@ -1,0 +1,109 @@
+"""Students that play: a student overfit on a train game wins it; GRPO on that winnable game scores a non-zero
+``solved`` term and changes the weights; an interrupted SFT run resumes to the same model."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from evoharness.collection import CollectionConfig, collect
+from evoharness.consolidation.config import ConsolidationConfig
+from evoharness.consolidation.pipeline import consolidate
+from evoharness.consolidation.rules import RuleConsolidator
+from evoharness.curation.build import curate
+from evoharness.curation.config import CurationConfig
+from evoharness.evaluation.run import EvaluationConfig, evaluate
+from evoharness.training.grpo import GRPOSettings
+from evoharness.training.model_versions import train_grpo_version, train_sft_version
+from evoharness.training.sft import SFTSettings
+from warehouse import Warehouse
+
+REPO = Path(__file__).resolve().parents[1]
+# One train game, learned by heart in the compact student rendering (10 turns, 100 passes).
+OVERFIT = SFTSettings.tiny_student(prompt_set="alfworld/bpe_compact", epochs=100, learning_rate=3e-3,
+                                   batch_size=4, per_device_batch_size=4,
+                                   max_length=1024, logging_steps=50, save_steps=10_000)
+
+
+@pytest.fixture(scope="module")
+def overfit(tmp_path_factory: pytest.TempPathFactory, alfworld_data: Path) -> tuple[Path, str, Path]:
+    """(warehouse, SFT model version, models folder): a tiny student trained on one train game's expert turns."""
+    folder = tmp_path_factory.mktemp("overfit")
+    db = folder / "w.duckdb"
+    with Warehouse(db) as wh:
+        collect(CollectionConfig(split="train", limit=1, engine="fast", workers=0), wh, "t")
+    consolidate(ConsolidationConfig(engine="fast", workers=0), db, RuleConsolidator(), "t")
+    with Warehouse(db) as wh:
+        curate(wh, CurationConfig(output_dir=str(folder / "datasets"), validation_fraction=0.0), "t")
+        version = train_sft_version(wh, "expert", OVERFIT, folder / "models", "t")
+    return db, version.model_version, folder / "models"
+
+
+def test_overfit_student_wins_its_game(overfit: tuple[Path, str, Path]) -> None:
+    db, model_version, _ = overfit
+    with Warehouse(db) as wh:
+        result = evaluate(wh, EvaluationConfig(model_version=model_version, splits=("train",), limit=1,
+                                               max_steps=40, max_tokens=64), "eval")
+        played = wh.con.execute("SELECT won, n_steps, n_invalid FROM episodes WHERE teacher = ?",
+                                [model_version]).fetchall()
+    assert result.by_split["train"].won == 1
+    assert played[0][0] and played[0][2] == 0  # won, and no invalid turn (actions are decoded constrained)
+
+
+def test_grpo_on_a_winnable_game_scores_and_updates(overfit: tuple[Path, str, Path]) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    db, model_version, models = overfit
+    settings = GRPOSettings.tiny_student(games_limit=1, games_per_step=1, num_generations=4, max_steps=1,
+                                         episode_steps=40, temperature=0.7, max_new_tokens=64, learning_rate=1e-3)
+    with Warehouse(db) as wh:
+        grpo = train_grpo_version(wh, model_version, settings, models, "grpo", engine="fast")
+        sft_path = wh.scalar("SELECT path FROM model_versions WHERE model_version = ?", [model_version])
+    step = grpo.row["rollout_history"][0]
+    assert step["rewards/solved_reward/mean"] > 0  # at least one of the group won the game
+    assert step["episode/success"] > 0
+    before = AutoModelForCausalLM.from_pretrained(sft_path).state_dict()
+    after = AutoModelForCausalLM.from_pretrained(grpo.path).state_dict()
+    changed = [name for name, weight in after.items() if not torch.equal(weight, before[name])]
+    assert changed, "a GRPO step left every weight as it was"
+
+
+RESUMABLE_RUN = """
+import sys
+from evoharness.training.sft import SFTSettings, train_sft
+settings = SFTSettings.tiny_student(max_steps=6, save_steps=2, logging_steps=1, max_length=1024)
+train_sft(sys.argv[1], sys.argv[2], settings)
+"""
+
+
+def _train(dataset: str, output: Path) -> subprocess.Popen[bytes]:
+    env = os.environ | {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-c", RESUMABLE_RUN, dataset, str(output)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def test_sft_killed_mid_run_resumes_to_the_same_model(curated: tuple[Path, str], tmp_path: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
+    assert _train(curated[1], straight).wait(timeout=600) == 0
+    run = _train(curated[1], interrupted)
+    deadline = time.monotonic() + 600
+    while not (interrupted / "checkpoints" / "checkpoint-2").is_dir():
+        assert run.poll() is None and time.monotonic() < deadline, "the run ended before its first checkpoint"
+        time.sleep(0.2)
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    assert not (interrupted / "model").exists()
+    assert _train(curated[1], interrupted).wait(timeout=600) == 0  # resumes from the last checkpoint
+    a = AutoModelForCausalLM.from_pretrained(straight / "model").state_dict()
+    b = AutoModelForCausalLM.from_pretrained(interrupted / "model").state_dict()
+    assert all(torch.allclose(a[name], b[name], atol=1e-5) for name in a)
