@@ -13,6 +13,7 @@ import torch
 from evoharness.agents.records import EpisodeRecord, EpisodeSpec
 from evoharness.harness.prompts import Mode
 from evoharness.training.grpo import GRPOSettings, group_advantages, turn_samples
+from evoharness.training.student_card import CARD_FILE
 from evoharness.training.model_versions import train_grpo_version, train_sft_version
 from evoharness.training.rollout import Rollout, TurnTokens
 from evoharness.training.sft import SFTSettings
