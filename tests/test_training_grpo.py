@@ -13,10 +13,10 @@ import torch
 from evoharness.agents.records import EpisodeRecord, EpisodeSpec
 from evoharness.harness.prompts import Mode
 from evoharness.training.grpo import GRPOSettings, group_advantages, turn_samples
-from evoharness.training.student_card import CARD_FILE
 from evoharness.training.model_versions import train_grpo_version, train_sft_version
 from evoharness.training.rollout import Rollout, TurnTokens
 from evoharness.training.sft import SFTSettings
+from evoharness.training.student_card import CARD_FILE
 from warehouse import Warehouse
 
 QUICK = GRPOSettings.tiny_student(games_limit=2, games_per_step=1, num_generations=2, max_steps=2, episode_steps=3,
