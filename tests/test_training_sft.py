@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 import dagster as dg
@@ -13,6 +12,7 @@ from evoharness.harness.grammar import parse_turn
 from evoharness.teachers.clients.local_hf import LocalHFClient
 from evoharness.training.model_versions import train_sft_version
 from evoharness.training.sft import SFTSettings, prepare_splits, to_prompt_completion, train_sft
+from evoharness.training.student_card import read_student_card
 from evoharness.training.trainer_utils import LoraSettings
 from warehouse import Warehouse
 
@@ -21,7 +21,7 @@ FAST = {"max_steps": 12, "logging_steps": 2, "max_length": 2048}
 
 def test_examples_become_prompt_and_completion(curated: tuple[Path, str]) -> None:
     train, validation = prepare_splits(curated[1])
-    assert train.column_names == ["prompt", "completion"] and validation is not None
+    assert set(train.column_names) == {"prompt", "completion", "turn_vars"} and validation is not None
     row = train[0]
     assert [m["role"] for m in row["prompt"]] == ["system", "user"]
     assert [m["role"] for m in row["completion"]] == ["assistant"]
@@ -41,7 +41,7 @@ def test_tiny_student_learns_and_plays(curated: tuple[Path, str], tmp_path: Path
     template = (Path(result.model_dir) / "tokenizer_config.json").read_text() + "".join(
         p.read_text() for p in Path(result.model_dir).glob("*.jinja"))
     assert "<|im_start|>" in template and "enable_thinking" in template  # the official Qwen3 chat format
-    meta = json.loads((Path(result.model_dir) / "evoharness_sft.json").read_text())
+    meta = read_student_card(result.model_dir)
     assert meta["settings"]["base_model"] == "tiny" and meta["steps"] == 12
 
     # the trained folder is a model the local client can play with
@@ -101,3 +101,16 @@ def test_dagster_sft_student(curated_db: Path, tmp_path: Path) -> None:
     checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
     assert checks == {"sft_student_learned": True}
     assert Path(metadata["path"].value, "config.json").exists()
+
+
+def test_decision_metrics_are_logged_at_every_evaluation(curated: tuple[Path, str], tmp_path: Path) -> None:
+    settings = SFTSettings.tiny_student(max_steps=2, logging_steps=1, max_length=1024, decision_turns=6,
+                                        prompt_set="alfworld/bpe_compact")
+    result = train_sft(curated[1], tmp_path, settings)
+    assert result.decision_history, "no decision metrics were computed"
+    final = result.decision_history[-1]
+    assert final["step"] == result.steps and final["decision/turns"] == 6
+    for key in ("action", "kind", "verb"):
+        assert 0.0 <= final[f"decision/{key}_accuracy"] <= 1.0
+    assert final["decision/invalid_rate"] == 0.0  # decoded constrained: every turn parses
+    assert result.tokens_seen and result.tokens_seen > 0

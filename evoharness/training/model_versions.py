@@ -23,7 +23,8 @@ from evoharness.training.trainer_utils import LogCallback
 from warehouse import Warehouse
 
 SUMMARY_FIELDS = ("model_version", "stage", "parent_version", "dataset_id", "base_model", "train_examples",
-                  "validation_examples", "steps", "train_loss", "eval_loss", "parameters", "seconds")
+                  "validation_examples", "steps", "train_loss", "eval_loss", "parameters", "seconds", "prompt_set",
+                  "tokens_seen")
 
 
 @dataclass
@@ -51,7 +52,7 @@ def version_id(teacher: str, stage: str, source: str, settings: SFTSettings | GR
     return f"{teacher}-{stage}-{hashlib.sha256(payload.encode()).hexdigest()[:12]}"
 
 
-JSON_COLUMNS = ("settings", "loss_history", "eval_history", "rollout_history")
+JSON_COLUMNS = ("settings", "loss_history", "eval_history", "rollout_history", "decision_history")
 
 
 def _decoded(row: dict[str, Any]) -> dict[str, Any]:
@@ -94,7 +95,8 @@ def train_sft_version(wh: Warehouse, teacher: str, settings: SFTSettings, models
         "validation_examples": result.validation_examples, "steps": result.steps, "train_loss": result.train_loss,
         "eval_loss": result.eval_loss, "parameters": result.parameters, "seconds": result.seconds,
         "loss_history": result.loss_history, "eval_history": result.eval_history, "rollout_history": None,
-        "run_id": run_id,
+        "decision_history": result.decision_history, "tokens_seen": result.tokens_seen,
+        "prompt_set": settings.prompt_set or f"alfworld/{settings.view}", "run_id": run_id,
     })
 
 
@@ -133,5 +135,6 @@ def train_grpo_version(wh: Warehouse, parent_version: str, settings: GRPOSetting
         "settings": settings.model_dump_json(), "train_examples": result.games, "validation_examples": 0,
         "steps": result.steps, "train_loss": losses[-1][1] if losses else None, "eval_loss": None,
         "parameters": result.parameters, "seconds": result.seconds, "loss_history": losses, "eval_history": [],
-        "rollout_history": result.history, "run_id": run_id,
+        "rollout_history": result.history, "decision_history": [], "tokens_seen": None,
+        "prompt_set": parent.row.get("prompt_set"), "run_id": run_id,
     })

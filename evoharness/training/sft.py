@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from evoharness.harness.prompts import load_prompt_set
+from evoharness.training.decisions import decision_metrics
 from evoharness.training.react_view import react_examples
 from evoharness.training.student_card import write_student_card
 from evoharness.training.tiny_student import (
@@ -52,6 +53,8 @@ class SFTSettings(BaseModel):
     group_by_length: bool = Field(default=False, description="Batch examples of similar length (less padding).")
     padding_free: bool = Field(default=False, description="Concatenate a batch into one sequence, no padding.")
     save_steps: int = Field(default=200, ge=1, description="Checkpoint every N steps; a rerun resumes from the last.")
+    decision_turns: int = Field(default=0, ge=0, description="Held-out turns whose greedy decision is compared with "
+                                "the teacher's at every evaluation (0: none).")
     seed: int = 0
     bf16: bool = Field(default=False, description="bf16 mixed precision (GPUs only).")
     logging_steps: int = Field(default=5, ge=1)
@@ -74,7 +77,7 @@ class SFTSettings(BaseModel):
             view = overrides.get("view", "bpe")
             defaults |= {"learning_rate": 1e-3, "batch_size": 16, "per_device_batch_size": 16, "epochs": 2,
                          "max_length": 1024, "prompt_set": f"alfworld/{view}_compact", "logging_steps": 20,
-                         "save_steps": 100}
+                         "save_steps": 100, "decision_turns": 128}
         return cls(**(defaults | overrides))
 
     @classmethod
@@ -112,6 +115,8 @@ class SFTResult:
     parameters: int
     loss_history: list[tuple[int, float]] = field(default_factory=list)
     eval_history: list[tuple[int, float]] = field(default_factory=list)
+    decision_history: list[dict[str, float]] = field(default_factory=list)  # per evaluation: step, decision/*
+    tokens_seen: int | None = None
 
 
 def to_prompt_completion(example: dict[str, Any]) -> dict[str, Any]:
@@ -169,6 +174,29 @@ def _base_model(settings: SFTSettings, train: Any, folder: Path) -> str:
     return str(build_tiny_student(folder, corpus(train), settings.spec()))
 
 
+def _decision_rows(validation: Any, turns: int) -> list[dict[str, Any]]:
+    """An even sample of ``turns`` held-out turns (fixed, so every evaluation scores the same ones)."""
+    if validation is None or not turns or "turn_vars" not in validation.column_names:
+        return []
+    stride = max(1, len(validation) // turns)
+    return [validation[i] for i in range(0, len(validation), stride)][:turns]
+
+
+def decision_callback(rows: list[dict[str, Any]]) -> Any:
+    """A ``TrainerCallback`` that adds the decision metrics of ``rows`` to every evaluation's log."""
+    from transformers import TrainerCallback
+
+    class DecisionMetrics(TrainerCallback):  # type: ignore[misc]
+        def on_evaluate(self, args: Any, state: Any, control: Any, model: Any = None, processing_class: Any = None,
+                        metrics: dict[str, float] | None = None, **kwargs: Any) -> None:
+            scores = decision_metrics(model, processing_class, rows)
+            state.log_history.append({"step": state.global_step, **scores})
+            if metrics is not None:
+                metrics.update(scores)
+
+    return DecisionMetrics()
+
+
 def train_sft(dataset_path: str, output_dir: str | Path, settings: SFTSettings,
               on_log: LogCallback | None = None) -> SFTResult:
     """Fine-tune ``settings.base_model`` on the dataset at ``dataset_path``; the merged model and its tokenizer
@@ -201,12 +229,16 @@ def train_sft(dataset_path: str, output_dir: str | Path, settings: SFTSettings,
                          processing_class=tokenizer,
                          peft_config=settings.lora.peft_config() if settings.lora is not None else None)
     route_logs(trainer, on_log)
+    decisions = _decision_rows(validation, settings.decision_turns)
+    if decisions:
+        trainer.add_callback(decision_callback(decisions))
     started = time.perf_counter()
     trainer.train(resume_from_checkpoint=get_last_checkpoint(config.output_dir) if Path(config.output_dir).is_dir()
                   else None)
     seconds = time.perf_counter() - started
-    if validation is not None and not any("eval_loss" in h for h in trainer.state.log_history):
-        trainer.evaluate()  # max_steps ended training before an epoch boundary
+    if validation is not None and not any(h.get("step") == trainer.state.global_step and "eval_loss" in h
+                                          for h in trainer.state.log_history):
+        trainer.evaluate()  # the last evaluation is of the final model
     model_dir = output / "model"
     trained = save_trained(trainer, tokenizer, model_dir, merged_lora=settings.lora is not None)
     history = trainer.state.log_history
@@ -217,6 +249,9 @@ def train_sft(dataset_path: str, output_dir: str | Path, settings: SFTSettings,
         validation_examples=0 if validation is None else len(validation), steps=trainer.state.global_step,
         train_loss=losses[-1][1] if losses else None, eval_loss=evals[-1][1] if evals else None, seconds=seconds,
         parameters=sum(p.numel() for p in trained.parameters()), loss_history=losses, eval_history=evals,
+        decision_history=[{k: float(v) for k, v in h.items() if k == "step" or k.startswith("decision/")}
+                          for h in history if "decision/action_accuracy" in h],
+        tokens_seen=int(trainer.state.num_input_tokens_seen) if trainer.state.num_input_tokens_seen else None,
     )
     write_student_card(model_dir, settings.prompt_set, {"settings": settings.model_dump(mode="json"),
                                                          "dataset": dataset_path, "steps": result.steps})

@@ -22,6 +22,10 @@ from evoharness.harness.grammar import META_ACTIONS
 ACTION_OPEN, ACTION_CLOSE = "<action>", "</action>"
 THINK_OPEN = "<think>\n"
 THINK_TO_ACTION = "\n</think>\n\n" + ACTION_OPEN
+MAX_THOUGHT_CHARS = 160
+"""A thought is one short line (the teachers' are under 120 characters); past this it must close."""
+MAX_ARGUMENT_CHARS = 80
+"""A meta-action's argument (a subgoal, a query, a lesson) past this is closed."""
 
 
 @dataclass(frozen=True)
@@ -84,30 +88,37 @@ class ActionConstraint:
 
     def _thinking(self, text: str) -> list[int]:
         """Before ``<action>``: tokens that keep ``text`` a prefix of ``<think>\n`` thought ``\n</think>…<action>``."""
-        if len(text) < len(THINK_OPEN) or "\n" in text[len(THINK_OPEN):]:  # opening, or closing the thought
-            return [t for t in self.markup + self.plain if _grammatical(text + self.pieces[t])] or [self.eos]
+        thought = text[len(THINK_OPEN):]
+        if len(text) < len(THINK_OPEN) or "\n" in thought or len(thought) >= MAX_THOUGHT_CHARS:
+            # opening the thought, or closing it (a thought longer than MAX_THOUGHT_CHARS must close now)
+            closing = self.markup if "\n" not in thought and len(thought) >= MAX_THOUGHT_CHARS else \
+                self.markup + self.plain
+            return [t for t in closing if _grammatical(text + self.pieces[t])] or [self.eos]
         return self.plain + [t for t in self.markup if _grammatical(text + self.pieces[t])]
 
     def _free_argument(self, argument: list[int]) -> list[int]:
+        """A meta-action's argument: free text up to ``]</action>``, which is forced past MAX_ARGUMENT_CHARS."""
         text = self.tokenizer.decode(argument, skip_special_tokens=False)
         if text.endswith(ACTION_CLOSE):
             return [self.eos]
-        return self.no_eos
+        if len(text) < MAX_ARGUMENT_CHARS:
+            return [t for t in self.plain + self.markup if _argument_ok(text + self.pieces[t])]
+        closing = self._ids("]" + ACTION_CLOSE)
+        done = max(k for k in range(len(closing)) if k == 0 or argument[-k:] == closing[:k])
+        return [closing[done]]
 
     def _token_index_after(self, generated: list[int], char_end: int) -> int | None:
-        """The index of the first token after ``<action>`` (searched from the end: the action part is short)."""
+        """The index of the first token after the one that completed ``<action>`` (searched from the end: the
+        action part is short; token by token, since a partial UTF-8 byte decodes differently alone)."""
         for index in range(len(generated), 0, -1):
-            prefix = self.tokenizer.decode(generated[:index], skip_special_tokens=False)
-            if len(prefix) < char_end:
-                return None
-            if len(prefix) == char_end and prefix.endswith(ACTION_OPEN):
+            if ACTION_OPEN not in self.tokenizer.decode(generated[:index - 1], skip_special_tokens=False):
                 return index
         return None
 
 
 def _grammatical(text: str) -> bool:
-    """Whether ``text`` can still become ``<think>\n`` + one line of thought + ``\n</think>\n\n<action>`` + …
-    (what follows ``<action>`` is the trie's business, so any text there is accepted here)."""
+    """Whether ``text`` can still become ``<think>\n`` + one line of thought + ``\n</think>\n\n<action>`` (the
+    action that follows is the trie's business)."""
     if len(text) <= len(THINK_OPEN):
         return THINK_OPEN.startswith(text)
     if not text.startswith(THINK_OPEN):
@@ -119,7 +130,16 @@ def _grammatical(text: str) -> bool:
     thought, tail = rest[:cut], rest[cut:]
     if "<" in thought or not thought.strip():
         return False
-    return THINK_TO_ACTION.startswith(tail) or tail.startswith(THINK_TO_ACTION)
+    return THINK_TO_ACTION.startswith(tail)  # a token may end at "<action>" but never run past it
+
+
+def _argument_ok(text: str) -> bool:
+    """Whether a meta-action's argument so far can still end as one line closed by ``]</action>``."""
+    cut = text.find("<")
+    if cut < 0:
+        return "\n" not in text
+    head, tail = text[:cut], text[cut:]
+    return "\n" not in head and head.endswith("]") and ACTION_CLOSE.startswith(tail)
 
 
 _VOCABULARIES: dict[int, tuple[list[str], list[int], list[int], list[int]]] = {}

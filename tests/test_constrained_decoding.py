@@ -1,0 +1,68 @@
+"""Constrained decoding: a random model's turns always parse, and its actions are admissible or meta-actions."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from evoharness.harness.grammar import ActionKind, parse_turn
+from evoharness.teachers.clients.constrained import ActionConstraint, ActionSpace
+from evoharness.testing.tiny_hf import build_tiny_qwen3
+
+COMMANDS = ("go to countertop 1", "go to cabinet 1", "go to cabinet 10", "take apple 1 from countertop 1", "look")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory: pytest.TempPathFactory):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(build_tiny_qwen3(tmp_path_factory.mktemp("tok")))
+
+
+def _random_turn(tokenizer, space: ActionSpace, rng: random.Random, limit: int = 400) -> str:
+    """Decode by picking uniformly among the allowed tokens: the worst student the constraint can meet."""
+    constraint, generated = ActionConstraint(tokenizer, space), []
+    while len(generated) < limit:
+        token = rng.choice(constraint.allowed(generated))
+        generated.append(token)
+        if token == tokenizer.eos_token_id:
+            break
+    return tokenizer.decode(generated, skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("meta", [True, False])
+def test_any_path_through_the_constraint_is_a_valid_turn(tokenizer, meta: bool) -> None:
+    rng = random.Random(0)
+    kinds = set()
+    for _ in range(40):
+        turn = parse_turn(_random_turn(tokenizer, ActionSpace(COMMANDS, meta=meta), rng))
+        assert turn.error is None, turn
+        assert turn.kind is not ActionKind.ENV or turn.action in COMMANDS
+        assert meta or turn.kind is ActionKind.ENV
+        kinds.add(turn.kind)
+    assert ActionKind.ENV in kinds and (not meta or len(kinds) > 1)
+
+
+def test_the_action_follows_only_admissible_continuations(tokenizer) -> None:
+    constraint = ActionConstraint(tokenizer, ActionSpace(COMMANDS, meta=False))
+    prefix = tokenizer.encode("<think>\nI search.\n</think>\n\n<action>go to cabinet", add_special_tokens=False)
+    continuations = {tokenizer.decode([t]) for t in constraint.allowed(prefix)}
+    assert continuations and all(c.strip() in {"1", "10"} or "1" in c for c in continuations)
+    done = tokenizer.encode("<think>\nI search.\n</think>\n\n<action>look</action>", add_special_tokens=False)
+    assert constraint.allowed(done) == [tokenizer.eos_token_id]
+    assert tokenizer.eos_token_id not in constraint.allowed(tokenizer.encode("<think>\nI", add_special_tokens=False))
+
+
+def test_an_action_space_reaches_a_local_client_through_the_runner(tmp_path: Path) -> None:
+    import asyncio
+
+    from evoharness.teachers.clients.local_hf import LocalHFClient
+
+    client = LocalHFClient(str(build_tiny_qwen3(tmp_path / "m")))
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "Task: put an apple on a table."}]
+    completion = asyncio.run(client.complete(messages, max_tokens=256, temperature=None,
+                                             action_space=ActionSpace(COMMANDS, meta=False)))
+    turn = parse_turn(completion.text)
+    assert turn.error is None and turn.action in COMMANDS
