@@ -61,8 +61,8 @@ def test_grpo_on_a_winnable_game_scores_and_updates(overfit: tuple[Path, str, Pa
     from transformers import AutoModelForCausalLM
 
     db, model_version, models = overfit
-    settings = GRPOSettings.tiny_student(games_limit=1, games_per_step=1, num_generations=4, max_steps=1,
-                                         episode_steps=40, temperature=0.7, max_new_tokens=64, learning_rate=1e-3)
+    settings = GRPOSettings.tiny_student(games_limit=1, games_per_step=1, num_generations=6, max_steps=1,
+                                         episode_steps=40, temperature=0.4, max_new_tokens=64, learning_rate=1e-3)
     with Warehouse(db) as wh:
         grpo = train_grpo_version(wh, model_version, settings, models, "grpo", engine="fast")
         sft_path = wh.scalar("SELECT path FROM model_versions WHERE model_version = ?", [model_version])
