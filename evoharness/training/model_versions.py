@@ -47,8 +47,13 @@ class ModelVersion:
         return {k: self.row[k] for k in SUMMARY_FIELDS}
 
 
+METRICS_ONLY_SETTINGS = frozenset({"decision_turns"})
+"""Settings that change what is measured during training, never the weights: not part of a version's id."""
+
+
 def version_id(teacher: str, stage: str, source: str, settings: SFTSettings | GRPOSettings) -> str:
-    payload = json.dumps([source, settings.model_dump(mode="json")], sort_keys=True)
+    payload = json.dumps([source, settings.model_dump(mode="json", exclude=set(METRICS_ONLY_SETTINGS))],
+                         sort_keys=True)
     return f"{teacher}-{stage}-{hashlib.sha256(payload.encode()).hexdigest()[:12]}"
 
 

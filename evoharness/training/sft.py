@@ -68,16 +68,16 @@ class SFTSettings(BaseModel):
     @classmethod
     def local_student(cls, preset: str, **overrides: Any) -> SFTSettings:
         """Full fine-tuning of a randomly initialised student built here: a far larger step than LoRA, batches
-        of similar length, and the compact student rendering for every preset but ``tiny``."""
+        of similar length, and the compact student rendering of the workspace."""
         if not is_local_preset(preset):
             raise ValueError(f"Unknown student preset {preset!r}; choose one of {', '.join(STUDENT_PRESETS)}.")
+        view = overrides.get("view", "bpe")
         defaults: dict[str, Any] = {"base_model": preset, "lora": None, "learning_rate": 3e-3, "batch_size": 8,
-                                    "per_device_batch_size": 8, "warmup_ratio": 0.05, "group_by_length": True}
+                                    "per_device_batch_size": 8, "warmup_ratio": 0.05, "group_by_length": True,
+                                    "prompt_set": f"alfworld/{view}_compact"}
         if preset != TINY:
-            view = overrides.get("view", "bpe")
             defaults |= {"learning_rate": 1e-3, "batch_size": 16, "per_device_batch_size": 16, "epochs": 2,
-                         "max_length": 1024, "prompt_set": f"alfworld/{view}_compact", "logging_steps": 20,
-                         "save_steps": 100, "decision_turns": 128}
+                         "max_length": 1024, "logging_steps": 20, "save_steps": 100, "decision_turns": 128}
         return cls(**(defaults | overrides))
 
     @classmethod

@@ -1,0 +1,120 @@
+"""The student results of issue #9: BPE SFT, GRPO from it, and a ReAct SFT student at equal compute, each played
+greedily on the full valid_seen (140) and valid_unseen (134) splits with a 70-step budget.
+
+    ALFWORLD_DATA=../shared/alfworld EVOHARNESS_DB=.evoharness/students.duckdb python benchmarks/students.py
+
+Every stage is an ``evoharness`` command run in order (printed and recorded with its result); each is
+resumable (data and model versions are reused, evaluations keep finished episodes), so rerunning the script
+continues where it stopped. ``--stages`` picks the stages to run; results go to benchmarks/results/students.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+
+RESULTS = Path(__file__).resolve().parent / "results" / "students.json"
+SFT_STEPS = "1300"
+GRPO_STEPS = "30"
+DATA = [
+    ["evoharness", "collect", "--teacher", "expert", "--split", "train", "--limit", "900"],
+    ["evoharness", "consolidate", "--teacher", "expert"],
+    ["evoharness", "curate", "--teacher", "expert"],
+]
+SFT = {
+    "bpe": ["evoharness", "sft", "--teacher", "expert", "--base-model", "small", "--max-steps", SFT_STEPS],
+    "react": ["evoharness", "sft", "--teacher", "expert", "--base-model", "small", "--max-steps", SFT_STEPS,
+              "--view", "react"],
+}
+
+
+def run(command: list[str]) -> None:
+    print("$", " ".join(command), flush=True)
+    started = time.perf_counter()
+    subprocess.run(command, check=True, env=os.environ | {"OMP_NUM_THREADS": "1"})
+    print(f"  ({time.perf_counter() - started:.0f} s)", flush=True)
+
+
+def versions(db: str) -> list[dict]:
+    con = duckdb.connect(db, read_only=True)
+    try:
+        cursor = con.execute("SELECT model_version, stage, parent_version, settings, parameters, seconds, tokens_seen "
+                             "FROM model_versions WHERE base_model = 'small' ORDER BY created_at")
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    finally:
+        con.close()
+
+
+def sft_version(db: str, view: str) -> str:
+    for row in reversed(versions(db)):
+        settings = json.loads(row["settings"])
+        if row["stage"] == "sft" and settings.get("view", "bpe") == view and str(settings["max_steps"]) == SFT_STEPS:
+            return str(row["model_version"])
+    raise LookupError(f"no {view} SFT version of {SFT_STEPS} steps: run the sft stage")
+
+
+def evaluation(db: str, policy: str) -> dict[str, dict[str, float]]:
+    con = duckdb.connect(db, read_only=True)
+    try:
+        rows = con.execute(
+            "SELECT split, count(*), avg(won::INT), avg(n_steps), avg(n_harness_calls) FROM episodes "
+            "WHERE teacher = ? AND status = 'finished' AND max_steps = 70 GROUP BY split", [policy]).fetchall()
+    finally:
+        con.close()
+    return {split: {"episodes": n, "success": round(won, 4), "mean_steps": round(steps, 2),
+                    "harness_calls": round(calls, 3)} for split, n, won, steps, calls in rows}
+
+
+def write_results(db: str, commands: dict[str, list[list[str]]]) -> None:
+    runs = []
+    for row in versions(db):
+        settings = json.loads(row["settings"])
+        name = row["model_version"]
+        view = "bpe" if row["stage"] == "grpo" else settings.get("view", "bpe")
+        runs.append({"name": name, "stage": row["stage"], "mode": view, "parameters": row["parameters"],
+                     "train_seconds": round(row["seconds"], 1), "tokens_seen": row["tokens_seen"],
+                     **evaluation(db, name), "command": [" ".join(c) for c in commands.get(name, [])]})
+    RESULTS.write_text(json.dumps({"command": "python benchmarks/students.py", "runs": runs}, indent=1) + "\n")
+    print(f"wrote {RESULTS}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stages", nargs="+", default=["data", "sft", "evaluate", "grpo", "results"],
+                        choices=["data", "sft", "evaluate", "grpo", "results"])
+    args = parser.parse_args()
+    db = os.environ.get("EVOHARNESS_DB", ".evoharness/warehouse.duckdb")
+    if "data" in args.stages:
+        for command in DATA:
+            run(command)
+    if "sft" in args.stages:
+        for command in SFT.values():
+            run(command)
+    commands: dict[str, list[list[str]]] = {}
+    students = {view: sft_version(db, view) for view in SFT} if {"evaluate", "grpo", "results"} & set(args.stages) \
+        else {}
+    for view, version in students.items():
+        commands[version] = [*DATA, SFT[view], ["evoharness", "evaluate", "--model-version", version]]
+    if "evaluate" in args.stages:
+        for version in students.values():
+            run(["evoharness", "evaluate", "--model-version", version])
+    if "grpo" in args.stages:
+        grpo = ["evoharness", "grpo", "--parent-version", students["bpe"], "--max-steps", GRPO_STEPS]
+        run(grpo)
+        child = [r["model_version"] for r in versions(db) if r["parent_version"] == students["bpe"]][-1]
+        run(["evoharness", "evaluate", "--model-version", child])
+        commands[child] = [*commands[students["bpe"]][:-1], grpo, ["evoharness", "evaluate", "--model-version", child]]
+    if "results" in args.stages:
+        write_results(db, commands)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
