@@ -22,6 +22,7 @@ DEMO_TRAINING: dict[str, Any] = {
                                 "episode_steps": 20, "max_new_tokens": 64}},
 }
 DEMO_EVALUATION: dict[str, Any] = {"limit": 6, "max_steps": 30, "max_tokens": 96}
+QUIET: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}  # progress, not engine events
 
 
 def _prepare_environment() -> Path:
@@ -50,6 +51,7 @@ def main() -> None:
         print(f"alfworld_games: {'ok' if games.success else 'FAILED'} ({time.perf_counter() - started:.0f} s)")
         run_config = distillation_run_config(EXPERT.model_copy(update={"distill_games": DEMO_GAMES}))
         run_config["ops"] |= DEMO_TRAINING
+        run_config |= QUIET
         distilled = defs.resolve_job_def("distill_teacher").execute_in_process(
             run_config=run_config, instance=instance, partition_key="expert")
         print(f"distill_teacher (expert, {DEMO_GAMES} games → SFT → GRPO): "
@@ -59,7 +61,7 @@ def main() -> None:
                   f"{'passed' if check.passed else 'FAILED'}")
         sensor = new_model_version_sensor(dg.build_sensor_context(instance=instance, definitions=defs))
         for request in sensor.run_requests or []:
-            config = {"ops": {"student_evaluation": {"config": DEMO_EVALUATION}}}
+            config = {"ops": {"student_evaluation": {"config": DEMO_EVALUATION}}} | QUIET
             evaluated = defs.resolve_job_def("evaluate_student").execute_in_process(
                 run_config=config, instance=instance, partition_key=request.partition_key)
             print(f"evaluate_student {request.partition_key}: {'ok' if evaluated.success else 'FAILED'} "
