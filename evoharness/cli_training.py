@@ -141,4 +141,4 @@ def evaluate_command(
             result = evaluate(wh, config, new_run_id(), on_progress=on_progress)
         except LookupError as exc:
             raise typer.BadParameter(str(exc)) from exc
-    print_table(f"{model_version} ({mode.value}) beside its teacher", result.columns, result.rows)
+    print_table(f"{model_version} ({result.mode.value}) beside its teacher", result.columns, result.rows)

@@ -60,6 +60,7 @@ def main() -> None:
             print(f"  check {check.asset_key.to_user_string()}.{check.check_name}: "
                   f"{'passed' if check.passed else 'FAILED'}")
         sensor = new_model_version_sensor(dg.build_sensor_context(instance=instance, definitions=defs))
+        assert isinstance(sensor, dg.SensorResult), sensor
         for request in sensor.run_requests or []:
             config = {"ops": {"student_evaluation": {"config": DEMO_EVALUATION}}} | QUIET
             evaluated = defs.resolve_job_def("evaluate_student").execute_in_process(

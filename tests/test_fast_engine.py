@@ -3,8 +3,6 @@ differential test against the real engine (textworld PddlEnv)."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from evoharness.envs.alfworld.catalog import SPLITS, TASK_TYPES, AlfworldDataError
@@ -19,7 +17,7 @@ from evoharness.envs.alfworld.differential import (
     run_game,
     summarize,
 )
-from evoharness.envs.alfworld.fast_engine import FastAlfworldEnv, load_world
+from evoharness.envs.alfworld.fast_engine import FastAlfworldEnv
 from evoharness.envs.alfworld.fast_engine.goal import holds
 from evoharness.envs.alfworld.fast_engine.names import demangle_all
 from evoharness.envs.alfworld.fast_engine.pddl import check_supported, parse_problem
@@ -123,7 +121,6 @@ def test_inadmissible_commands_change_nothing(lamp_game):
 
 def test_walkthroughs_win_in_every_game(catalog):
     games = catalog.all_games()
-    start = time.perf_counter()
     for game in games:
         env = FastAlfworldEnv(game)
         result = env.reset(0)
@@ -133,20 +130,6 @@ def test_walkthroughs_win_in_every_game(catalog):
             result = env.step(command)
         assert result.won and result.done, game.game_id
     assert len(games) >= 1000
-    assert time.perf_counter() - start < 60
-
-
-def test_load_and_step_are_fast(catalog):
-    game = catalog.games("valid_unseen", limit=1)[0]
-    load_world.cache_clear()
-    start = time.perf_counter()
-    env = FastAlfworldEnv(game)
-    result = env.reset(0)
-    assert time.perf_counter() - start < 0.05
-    start = time.perf_counter()
-    for i in range(200):
-        result = env.step(result.admissible_commands[i % len(result.admissible_commands)])
-    assert (time.perf_counter() - start) / 200 < 0.002
 
 
 def test_expert_is_seeded_and_solves_games(catalog):

@@ -47,6 +47,7 @@ class EvaluationResult:
     by_split: dict[str, CollectionResult]
     columns: list[str] = field(default_factory=list)
     rows: list[tuple] = field(default_factory=list)  # policy_evaluation rows of the student and its teacher
+    mode: Mode = Mode.BPE  # the mode it played in
 
     def success_rate(self, split: str) -> float | None:
         """The student's overall success on ``split`` (None when it played no episode there)."""
@@ -79,18 +80,18 @@ def evaluate(wh: Warehouse, config: EvaluationConfig, run_id: str,
              on_progress: Callable[[str, int, int, EpisodeRecord], None] | None = None) -> EvaluationResult:
     """Play ``config.model_version`` on each split (resumable: finished episodes are kept) and summarise."""
     spec, bank_version = student_policy(wh, config)
-    config = config.model_copy(update={"mode": spec.mode})
+    mode = spec.mode  # the mode asked for, or the one the student trained in
     registry = TeacherRegistry([spec])
     by_split: dict[str, CollectionResult] = {}
     for split in config.splits:
         collection = CollectionConfig(
-            teacher=spec.name, mode=config.mode, split=split, limit=config.limit, max_steps=config.max_steps,
+            teacher=spec.name, mode=mode, split=split, limit=config.limit, max_steps=config.max_steps,
             concurrency=config.concurrency, engine=config.engine, workers=config.workers,
-            data_root=config.data_root, bank_version=bank_version if config.mode is Mode.BPE else None,
+            data_root=config.data_root, bank_version=bank_version if mode is Mode.BPE else None,
         )
         progress = None if on_progress is None else (
             lambda done, total, record, split=split: on_progress(split, done, total, record))
         by_split[split] = collect(collection, wh, run_id, on_progress=progress, registry=registry)
-    columns, rows = wh.query("policy_evaluation_for", policy=spec.name, mode=config.mode.value,
+    columns, rows = wh.query("policy_evaluation_for", policy=spec.name, mode=mode.value,
                              max_steps=config.max_steps)
-    return EvaluationResult(config.model_version, by_split, columns, rows)
+    return EvaluationResult(config.model_version, by_split, columns, rows, mode)

@@ -16,7 +16,8 @@ from typing import Any
 def react_examples(rows: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     """Env turns of ``rows`` (one episode's examples in turn order, several episodes in sequence) with their
     ``turn_vars`` rewritten for a ReAct prompt set."""
-    episode, last_obs, recent, previous_kind, env_steps = None, "", [], "env", 0
+    episode, last_obs, previous_kind, env_steps = None, "", "env", 0
+    recent: list[str] = []
     for row in rows:
         turn_vars = json.loads(row["turn_vars"])
         if row["episode_id"] != episode:

@@ -233,8 +233,8 @@ def train_sft(dataset_path: str, output_dir: str | Path, settings: SFTSettings,
     if decisions:
         trainer.add_callback(decision_callback(decisions))
     started = time.perf_counter()
-    trainer.train(resume_from_checkpoint=get_last_checkpoint(config.output_dir) if Path(config.output_dir).is_dir()
-                  else None)
+    checkpoints = Path(config.output_dir or output / "checkpoints")
+    trainer.train(resume_from_checkpoint=get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None)
     seconds = time.perf_counter() - started
     if validation is not None and not any(h.get("step") == trainer.state.global_step and "eval_loss" in h
                                           for h in trainer.state.log_history):
