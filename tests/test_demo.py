@@ -17,7 +17,8 @@ REPO = Path(__file__).resolve().parents[1]
 def test_demo_materializes_the_whole_graph(tmp_path: Path, alfworld_data: Path) -> None:
     env = os.environ | {"DAGSTER_HOME": str(tmp_path / "home"), "EVOHARNESS_DB": str(tmp_path / "demo.duckdb"),
                         "ALFWORLD_DATA": str(alfworld_data), "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "pipelines.demo"], cwd=tmp_path, env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "pipelines.demo"], check=False, cwd=tmp_path, env=env,
+                          capture_output=True,
                           text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "distill_teacher (expert, 24 games → SFT → GRPO): ok" in done.stdout
