@@ -66,6 +66,10 @@ class TeacherSpec(BaseModel):
     retry: RetryConfig = Field(default_factory=RetryConfig)
     distill_games: int | None = Field(default=DEFAULT_DISTILL_GAMES, ge=1, description=(
         "Train games a distillation run (sensor → distill_teacher job) collects on; None: every train game."))
+    max_spend_usd: float | None = Field(default=None, ge=0, description=(
+        "USD this teacher may spend in all, over its attempt ledger (failed attempts included); None: no cap."))
+    auto_distill: bool = Field(default=False, description=(
+        "The sensor turns this teacher into a distillation run by itself (after a passing preflight)."))
 
     @field_validator("base_url")
     @classmethod
@@ -125,7 +129,9 @@ REGISTRY_HEADER = """\
 # stored here: `api_key_env` is the NAME of the environment variable that holds a teacher's key.
 # Examples (prices are USD per million tokens; check your provider's current price list):
 #   evoharness teacher add claude --provider anthropic --model <model id> --api-key-env ANTHROPIC_API_KEY \\
-#       --price-in <usd> --price-out <usd> --max-concurrency 16
+#       --price-in <usd> --price-out <usd> --max-concurrency 16 --max-spend-usd 50
+# Nothing runs by itself unless a teacher is added with --auto-distill (the sensor then preflights it and
+# starts its distillation run, within its --max-spend-usd).
 #   evoharness teacher add gpt --provider openai --model <model id> --api-key-env OPENAI_API_KEY
 #   evoharness teacher add qwen-vllm --provider openai_compatible --model Qwen/Qwen3-8B \\
 #       --base-url http://gpu-host:8000/v1 --price-in 0 --price-out 0
