@@ -83,10 +83,11 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from evoharness.collection import CollectionConfigError
     from evoharness.envs.alfworld.catalog import AlfworldDataError
     from evoharness.teachers.preflight import PreflightError
-    from evoharness.teachers.registry import MissingCredentialsError
+    from evoharness.teachers.registry import MissingCredentialsError, RegistryError
     from warehouse import WarehouseOpenError
 
-    return (CollectionConfigError, AlfworldDataError, PreflightError, MissingCredentialsError, WarehouseOpenError)
+    return (CollectionConfigError, AlfworldDataError, PreflightError, MissingCredentialsError, RegistryError,
+            WarehouseOpenError)
 
 
 _UNESCAPED_BRACKET = re.compile(r"(?<!\\)\[")
@@ -161,6 +162,7 @@ def quiet_third_party() -> None:
     """No Hugging Face progress bars or info logs in a command's own output (it reports progress itself)."""
     import logging
     import os
+    import warnings
 
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -174,6 +176,8 @@ def quiet_third_party() -> None:
         pass
     for name in ("datasets", "transformers", "trl", "huggingface_hub", "accelerate"):
         logging.getLogger(name).setLevel(logging.ERROR)
+        warnings.filterwarnings("ignore", category=FutureWarning, module=name)
+        warnings.filterwarnings("ignore", category=UserWarning, module=name)
 
 
 def format_seconds(seconds: float) -> str:

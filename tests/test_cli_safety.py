@@ -156,7 +156,9 @@ def test_dry_run_estimate_is_within_a_quarter_of_the_actual_spend(env: dict[str,
         estimate = float(re.match(r"\$([0-9.]+)", rows["estimated cost"]).group(1))  # type: ignore[union-attr]
         assert rows["episodes to run"].startswith("9 ")
         before = count(db, "SELECT sum(cost_usd) FROM episode_attempts WHERE teacher = 'lb'")
-        assert cli("collect", "--teacher", "lb", "--limit", "12", *base, env=env).returncode == 0
+        run = cli("collect", "--teacher", "lb", "--limit", "12", *base, env=env)
+        assert run.returncode == 0
+        assert re.search(r"lb/bpe on valid_seen: 9/9 episodes \(100%\) [0-9.]+ episodes/(s|min)", run.stdout)
         actual = count(db, "SELECT sum(cost_usd) FROM episode_attempts WHERE teacher = 'lb'") - before
     assert actual > 0
     assert abs(estimate - actual) <= 0.25 * actual, (estimate, actual)
@@ -202,6 +204,26 @@ def test_unusable_db_is_one_line(env: dict[str, str], tmp_path: Path) -> None:
         assert says in result.stderr and "--db" in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
         no_traceback(result)
+
+
+def test_broken_registry_names_the_file(env: dict[str, str]) -> None:
+    Path(env["EVOHARNESS_TEACHERS"]).write_text("version: 1\nteachers:\n- name: x\n  provider: nope\n")
+    result = cli("teacher", "list", env=env, timeout=30)
+    assert result.returncode == 1
+    assert f"error: teacher registry {env['EVOHARNESS_TEACHERS']} is unusable (teachers.0.provider:" in result.stderr
+    no_traceback(result)
+
+
+def test_progress_lines_when_not_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    from evoharness.cli_common import progress_reporter
+
+    with progress_reporter("GRPO steps", unit="steps", every_s=0.0) as update:
+        update(1, 4, "reward 0.500")
+        update(4, 4, "reward 0.750")
+    lines = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(r"GRPO steps: 1/4 steps \(25%\) [0-9.]+ steps/(s|min) ETA \S+ elapsed \S+ \| reward 0.500",
+                        lines[0]), lines
+    assert lines[1].startswith("GRPO steps: 4/4 steps (100%)") and "ETA" not in lines[1]
 
 
 def test_empty_traj_data_names_the_file(env: dict[str, str], alfworld_data: Path, tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from evoharness.harness.prompts import Mode
 from evoharness.teachers.retry import RetryConfig
@@ -38,6 +38,15 @@ class Provider(StrEnum):
     OPENAI_COMPATIBLE = "openai_compatible"
     LOCAL_HF = "local_hf"
     EXPERT = "expert"
+
+
+class RegistryError(ValueError):
+    """The registry file cannot be read; the message names the file and the field."""
+
+
+def _fields(exc: ValidationError) -> str:
+    """Field and rule of each error, never the offending value (it might be a pasted key)."""
+    return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'entry'}: {err['msg']}" for err in exc.errors())
 
 
 class MissingCredentialsError(ValueError):
@@ -130,11 +139,11 @@ REGISTRY_HEADER = """\
 # Examples (prices are USD per million tokens; check your provider's current price list):
 #   evoharness teacher add claude --provider anthropic --model <model id> --api-key-env ANTHROPIC_API_KEY \\
 #       --price-in <usd> --price-out <usd> --max-concurrency 16 --max-spend-usd 50
-# Nothing runs by itself unless a teacher is added with --auto-distill (the sensor then preflights it and
-# starts its distillation run, within its --max-spend-usd).
 #   evoharness teacher add gpt --provider openai --model <model id> --api-key-env OPENAI_API_KEY
 #   evoharness teacher add qwen-vllm --provider openai_compatible --model Qwen/Qwen3-8B \\
 #       --base-url http://gpu-host:8000/v1 --price-in 0 --price-out 0
+# Nothing runs by itself unless a teacher is added with --auto-distill (the sensor then preflights it and
+# starts its distillation run, within its --max-spend-usd).
 """
 
 
@@ -164,10 +173,15 @@ class TeacherRegistry:
         file = Path(path) if path is not None else registry_path()
         if not file.exists():
             return cls([], file)
-        raw = yaml.safe_load(file.read_text()) or {}
-        parsed = RegistryFile.model_validate(raw)
+        try:
+            raw = yaml.safe_load(file.read_text()) or {}
+            parsed = RegistryFile.model_validate(raw)
+        except (yaml.YAMLError, ValidationError, OSError) as exc:
+            detail = (_fields(exc) if isinstance(exc, ValidationError) else str(exc).splitlines()[0])
+            raise RegistryError(f"teacher registry {file} is unusable ({detail}). Fix the file, or point "
+                                "$EVOHARNESS_TEACHERS / --registry at a good one.") from None
         if parsed.version != REGISTRY_VERSION:
-            raise ValueError(f"{file}: registry version {parsed.version}, expected {REGISTRY_VERSION}")
+            raise RegistryError(f"{file}: registry version {parsed.version}, expected {REGISTRY_VERSION}")
         return cls(parsed.teachers, file)
 
     def save(self, path: str | os.PathLike | None = None) -> Path:
