@@ -315,3 +315,25 @@ def test_dagster_run_config_fails_early_with_one_line(tmp_path: Path, alfworld_d
             assert f"teacher_episodes config: {says}" in message and message.count("\n") <= 1
     assert not (tmp_path / "wh.duckdb").exists() or count(str(tmp_path / "wh.duckdb"),
                                                            "SELECT count(*) FROM episodes") == 0
+
+
+def test_run_guard_caps_and_breaker() -> None:
+    from evoharness.run_guard import RunGuard, SpendCap, StopKind
+
+    guard = RunGuard((SpendCap(1.0, "run cap"), SpendCap(5.0, "teacher cap", spent_before_usd=4.5)), 3)
+    guard.add_cost(0.3)
+    assert guard.may_start()
+    guard.add_cost(0.25)  # 4.5 + 0.55 passes the teacher's cap before the run's own
+    assert not guard.may_start() and guard.stop_kind is StopKind.SPEND_CAP and "teacher cap" in str(guard.stop_reason)
+
+    breaker = RunGuard(max_consecutive_failures=3)
+    for kind in ("connection", "auth", None, "connection"):  # an episode's own failure neither counts nor resets
+        breaker.failed(kind, "x")
+    assert not breaker.may_start() and breaker.stop_kind is StopKind.CIRCUIT_BREAKER
+
+    healed = RunGuard(max_consecutive_failures=2)
+    healed.failed("connection", "x")
+    healed.succeeded()
+    healed.failed("connection", "x")
+    assert healed.may_start()
+    assert not RunGuard((SpendCap(0.05, "cap", spent_before_usd=0.05),)).may_start()  # a spent cap starts nothing
