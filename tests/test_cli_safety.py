@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import dagster as dg
@@ -167,19 +168,6 @@ def test_dry_run_estimate_is_within_a_quarter_of_the_actual_spend(env: dict[str,
 # -- bad input: one clear line, a non-zero exit, no traceback ----------------------------------------------------
 
 
-@pytest.mark.parametrize(("args", "code", "says"), [
-    (("collect", "--concurrency", "0"), 2, ["Invalid value for '--concurrency'", "greater than or equal to 1"]),
-    (("collect", "--concurrency", "-2"), 2, ["Invalid value for '--concurrency'", "greater than or equal to 1"]),
-    (("collect", "--limit", "-3"), 2, ["Invalid value for '--limit'", "greater than or equal to 1"]),
-    (("games", "--limit", "-1"), 2, ["Invalid value for '--limit'", "greater than or equal to 1"]),
-])
-def test_out_of_range_options(env: dict[str, str], args: tuple[str, ...], code: int, says: list[str]) -> None:
-    result = cli(*args, env=env, timeout=30)
-    assert result.returncode == code
-    assert all(text in result.stderr for text in says), result.stderr
-    no_traceback(result)
-
-
 def test_consolidate_names_what_is_missing(env: dict[str, str]) -> None:
     unknown = cli("consolidate", "--teacher", "nobody", env=env)
     assert unknown.returncode == 1
@@ -192,26 +180,35 @@ def test_consolidate_names_what_is_missing(env: dict[str, str]) -> None:
         no_traceback(result)
 
 
-def test_unusable_db_is_one_line(env: dict[str, str], tmp_path: Path) -> None:
+def test_bad_input_is_one_clear_line(env: dict[str, str], tmp_path: Path) -> None:
+    """Each case: (args, extra env, exit code, texts on stderr); all run at once, each its own process."""
     not_duckdb = tmp_path / "notes.txt"
     not_duckdb.write_text("not a database\n" * 500)
-    cases = {str(tmp_path): "is a directory", str(not_duckdb): "is not a DuckDB database file",
-             str(not_duckdb / "sub" / "wh.duckdb"): "cannot create the folder"}
-    for db, says in cases.items():
-        result = cli("summary", "--db", db, env=env, timeout=60)
-        assert result.returncode == 1
-        assert result.stderr.startswith(f"error: warehouse {db}" if "folder" not in says else "error: cannot")
-        assert says in result.stderr and "--db" in result.stderr
-        assert len(result.stderr.strip().splitlines()) == 1
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("version: 1\nteachers:\n- name: x\n  provider: nope\n")
+    range_error = ["greater than or equal to 1"]
+    cases: list[tuple[tuple[str, ...], dict[str, str], int, list[str]]] = [
+        (("collect", "--concurrency", "0"), {}, 2, ["Invalid value for '--concurrency'", *range_error]),
+        (("collect", "--concurrency", "-2"), {}, 2, ["Invalid value for '--concurrency'", *range_error]),
+        (("collect", "--limit", "-3"), {}, 2, ["Invalid value for '--limit'", *range_error]),
+        (("games", "--limit", "-1"), {}, 2, ["Invalid value for '--limit'", *range_error]),
+        (("summary", "--db", str(tmp_path)), {}, 1, [f"error: warehouse {tmp_path} is a directory", "--db"]),
+        (("summary", "--db", str(not_duckdb)), {}, 1,
+         [f"error: warehouse {not_duckdb} is not a DuckDB database file", "--db"]),
+        (("summary", "--db", str(not_duckdb / "sub" / "wh.duckdb")), {}, 1,
+         [f"error: cannot create the folder of warehouse {not_duckdb / 'sub' / 'wh.duckdb'} (Not a directory)",
+          "--db"]),
+        (("teacher", "list"), {"EVOHARNESS_TEACHERS": str(broken)}, 1,
+         [f"error: teacher registry {broken} is unusable (teachers.0.provider:"]),
+    ]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda case: cli(*case[0], env=env | case[1], timeout=60), cases))
+    for (args, _, code, says), result in zip(cases, results, strict=True):
+        assert result.returncode == code, (args, result.stderr)
+        assert all(text in result.stderr for text in says), (args, result.stderr)
+        if code == 1:
+            assert len(result.stderr.strip().splitlines()) == 1, (args, result.stderr)
         no_traceback(result)
-
-
-def test_broken_registry_names_the_file(env: dict[str, str]) -> None:
-    Path(env["EVOHARNESS_TEACHERS"]).write_text("version: 1\nteachers:\n- name: x\n  provider: nope\n")
-    result = cli("teacher", "list", env=env, timeout=30)
-    assert result.returncode == 1
-    assert f"error: teacher registry {env['EVOHARNESS_TEACHERS']} is unusable (teachers.0.provider:" in result.stderr
-    no_traceback(result)
 
 
 def test_progress_lines_when_not_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
@@ -242,20 +239,17 @@ def test_empty_traj_data_names_the_file(env: dict[str, str], alfworld_data: Path
     no_traceback(result)
 
 
-def test_help_shows_every_default(env: dict[str, str]) -> None:
-    result = cli("collect", "--help", env=env, timeout=30)
-    assert result.returncode == 0
-    assert "[default: 0 for the fast engine, 2 for textworld]" in result.stdout
-    assert "[default: the seed bank]" in result.stdout
-    assert not re.search(r"\S \.(\s|$)", result.stdout)
-
-
-def test_tables_for_machines_and_pipes(env: dict[str, str]) -> None:
-    listed = cli("--format", "csv", "teacher", "list", env=env)
-    assert listed.returncode == 0
+def test_output_for_people_and_machines(env: dict[str, str]) -> None:
+    """Help shows every default (no stray " ."), tables are full width when piped, csv/json for machines."""
+    commands = [("collect", "--help"), ("--format", "csv", "teacher", "list"), ("teacher", "list")]
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        helped, listed, wide = pool.map(lambda args: cli(*args, env=env | {"COLUMNS": "80"}, timeout=60), commands)
+    assert helped.returncode == listed.returncode == wide.returncode == 0
+    flat = " ".join(helped.stdout.replace("│", " ").split())
+    assert "[default: 0 for the fast engine, 2 for textworld]" in flat and "[default: the seed bank]" in flat
+    assert not re.search(r"\S \.(\s|$)", flat)
     assert listed.stdout.splitlines()[0].startswith("name,provider,model,base_url,api_key_env,price_in")
-    wide = cli("teacher", "list", env=env | {"COLUMNS": "80"})
-    assert "max_spend_usd" in wide.stdout and "auto_distill" in wide.stdout  # full width when piped
+    assert "max_spend_usd" in wide.stdout and "auto_distill" in wide.stdout  # headers, never cut to 80 columns
     assert max(len(line) for line in wide.stdout.splitlines()) > 80
 
 
