@@ -60,13 +60,21 @@ def _example_state() -> dict:
 
 
 def preflight_prompt(spec: TeacherSpec, mode: Mode, max_steps: int = 70) -> RenderedPrompt:
-    """The example first turn rendered through the teacher's prompt set for ``mode``."""
+    """The example first turn rendered by a real workspace through the teacher's prompt set for ``mode``."""
+    from evoharness.envs.alfworld import SEED_BANK
+    from evoharness.envs.alfworld.belief import AlfworldBelief
+    from evoharness.envs.base import StepResult
+    from evoharness.harness.budget import StepBudget
+    from evoharness.harness.experience import ExperienceBank, load_bank_file
+    from evoharness.harness.workspace import Workspace
+
     state = _example_state()
-    turn = {"objective": state["objective"], "step": 1, "max_steps": max_steps, "observation": state["observation"],
-            "admissible_commands": state["admissible_commands"], "recent_actions": []}
-    if mode is Mode.BPE:
-        turn |= {key: state[key] for key in ("belief", "progress", "experience")}
-    return load_prompt_set(spec.prompt_id(mode)).render({"max_steps": max_steps}, turn)
+    first = StepResult(observation=state["observation"], admissible_commands=tuple(state["admissible_commands"]),
+                       objective=state["objective"], won=False, done=False, score=0.0)
+    workspace = Workspace(mode=mode, belief=AlfworldBelief(), bank=ExperienceBank.fresh(load_bank_file(SEED_BANK)),
+                          budget=StepBudget(max_steps=max_steps), prompt_set=load_prompt_set(spec.prompt_id(mode)))
+    workspace.reset(first)
+    return workspace.render(first, first.observation, 0)
 
 
 def _endpoint(spec: TeacherSpec) -> str:
