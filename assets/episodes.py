@@ -5,10 +5,11 @@
 import dagster as dg
 from pydantic import Field
 
-from evoharness.collection import CollectionConfig, collect
+from evoharness.collection import CollectionConfig, CollectionConfigError, collect
 from evoharness.envs.alfworld.catalog import SPLITS
 from evoharness.harness.prompts import Mode
 from evoharness.reporting.charts import bar_chart_png, markdown_image, markdown_table
+from evoharness.teachers.preflight import PreflightError
 from pipelines.partitions import teacher_partitions
 from pipelines.resources import AlfworldResource, WarehouseResource
 
@@ -27,6 +28,33 @@ class CollectionRunConfig(dg.Config):
     engine: str | None = Field(default=None, description="textworld or fast (None: library default).")
     bank_version: int | None = Field(default=None, description="bpe mode: frozen Experience bank version "
                                      "to recall from (None: the seed bank).")
+    max_spend_usd: float | None = Field(default=None, description="Stop starting episodes once this run has spent "
+                                        "this many USD (the teacher's registry cap applies as well).")
+    max_consecutive_failures: int = Field(default=5, description="Stop after this many calls in a row failed to "
+                                          "connect, authenticate or find the model.")
+    preflight: bool = Field(default=True, description="One real call checks an API teacher before fanning out.")
+
+
+def collection_config(teacher: str, config: CollectionRunConfig, data_root: str | None) -> CollectionConfig:
+    """The library config of a run; a bad value fails the step at once with one line naming the field."""
+    try:
+        mode = Mode(config.mode)
+    except ValueError:
+        raise dg.Failure(description=f"teacher_episodes config: mode {config.mode!r} is unknown; use bpe or react",
+                         allow_retries=False) from None
+    if config.split not in SPLITS:
+        raise dg.Failure(description=f"teacher_episodes config: split {config.split!r} is unknown; use one of "
+                         f"{', '.join(SPLITS)}", allow_retries=False)
+    try:
+        return CollectionConfig(
+            teacher=teacher, mode=mode, split=config.split, limit=config.limit, seeds=tuple(config.seeds),
+            max_steps=config.max_steps, meta_action_cost=config.meta_action_cost, workers=config.workers,
+            concurrency=config.concurrency, engine=config.engine, data_root=data_root,
+            bank_version=config.bank_version, max_spend_usd=config.max_spend_usd,
+            max_consecutive_failures=config.max_consecutive_failures, preflight=config.preflight,
+        )
+    except CollectionConfigError as exc:
+        raise dg.Failure(description=f"teacher_episodes config: {exc}", allow_retries=False) from None
 
 
 @dg.asset(
@@ -42,12 +70,7 @@ def teacher_episodes(
     warehouse: WarehouseResource,
 ) -> dg.MaterializeResult:
     teacher = context.partition_key
-    collection = CollectionConfig(
-        teacher=teacher, mode=Mode(config.mode), split=config.split, limit=config.limit, seeds=tuple(config.seeds),
-        max_steps=config.max_steps, meta_action_cost=config.meta_action_cost, workers=config.workers,
-        concurrency=config.concurrency, engine=config.engine, data_root=alfworld.root(),
-        bank_version=config.bank_version,
-    )
+    collection = collection_config(teacher, config, alfworld.root())
 
     def on_progress(done: int, total: int, record) -> None:  # type: ignore[no-untyped-def]
         context.log.info(
@@ -56,7 +79,16 @@ def teacher_episodes(
         )
 
     with warehouse.open() as wh:
-        result = collect(collection, wh, run_id=context.run.run_id, on_progress=on_progress)
+        try:
+            result = collect(collection, wh, run_id=context.run.run_id, on_progress=on_progress)
+        except PreflightError as exc:
+            raise dg.Failure(description=str(exc), allow_retries=False) from None
+        if result.stop_reason:
+            raise dg.Failure(description=f"{teacher}: {result.stop_reason}; {result.not_started} episodes not "
+                             "started (stored ones are kept; rerun to resume)", allow_retries=False)
+        if result.records and result.failed == len(result.records):
+            raise dg.Failure(description=f"{teacher}: nothing succeeded, all {result.failed} episodes failed; the "
+                             f"first reason: {result.records[0].failure_reason}", allow_retries=False)
         columns, rows = wh.query("teacher_summary", teacher=teacher, mode=config.mode, split=config.split)
     per_type = [row for row in rows if row[0] != "ALL"]
     overall = next(row for row in rows if row[0] == "ALL") if rows else None

@@ -4,29 +4,52 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from evoharness.cli_common import DbOption, console, print_table
+from evoharness.cli_common import (
+    EXIT_STOPPED,
+    DbOption,
+    OutputFormat,
+    SafeGroup,
+    console,
+    fail,
+    print_table,
+    progress_reporter,
+    set_output_format,
+)
 from evoharness.cli_data import register as register_data_commands
 from evoharness.cli_teachers import teacher_app
 from evoharness.cli_training import evaluate_command, grpo_command, sft_command
-from evoharness.collection import CollectionConfig, collect
+from evoharness.collection import CollectionConfig, CollectionResult, collect
 from evoharness.envs.alfworld.catalog import SPLITS, AlfworldDataError, GameCatalog
 from evoharness.harness.prompts import Mode
 from evoharness.lineage import new_run_id
+from evoharness.run_guard import StopKind
 from warehouse import Warehouse, default_db_path
 
-app = typer.Typer(help="EvoHarness-RL distillation pipeline: teachers → warehouse → student.", no_args_is_help=True)
+app = typer.Typer(help="EvoHarness-RL distillation pipeline: teachers → warehouse → student.", no_args_is_help=True,
+                  cls=SafeGroup)
 app.add_typer(teacher_app, name="teacher")
+
+
+@app.callback()
+def main(
+    output_format: Annotated[OutputFormat, typer.Option(
+        "--format", envvar="EVOHARNESS_FORMAT",
+        help="table (for people), json (one object per table) or csv; json/csv write tables to stdout and "
+             "everything else to stderr.")] = OutputFormat.TABLE,
+) -> None:
+    """EvoHarness-RL distillation pipeline: teachers → warehouse → student."""
+    set_output_format(output_format)
 
 @app.command()
 def games(
     split: Annotated[str, typer.Option(help=f"One of {', '.join(SPLITS)}.")] = "valid_seen",
-    limit: Annotated[int | None, typer.Option(help="First N games in catalog order.")] = None,
+    limit: Annotated[int | None, typer.Option(help="First N games in catalog order [default: all].", min=1)] = None,
 ) -> None:
     """List the games of a split (catalog order: round-robin over the six task types)."""
     try:
@@ -41,47 +64,99 @@ def collect_command(
     teacher: Annotated[str, typer.Option(help="Registered teacher name.")] = "expert",
     mode: Annotated[Mode, typer.Option(help="bpe (workspace + meta-actions) or react.")] = Mode.BPE,
     split: Annotated[str, typer.Option(help=f"One of {', '.join(SPLITS)}.")] = "valid_seen",
-    limit: Annotated[int | None, typer.Option(help="First N games of the split.")] = None,
+    limit: Annotated[int | None, typer.Option(help="First N games of the split [default: all].", min=1)] = None,
     seed: Annotated[list[int] | None, typer.Option(help="Episode seed; repeat for more episodes per game. [default: 0]")
                     ] = None,
-    max_steps: Annotated[int, typer.Option(help="Step budget per episode.")] = 70,
-    meta_action_cost: Annotated[int, typer.Option(help="Steps a meta-action costs.")] = 1,
+    max_steps: Annotated[int, typer.Option(help="Step budget per episode.", min=1)] = 70,
+    meta_action_cost: Annotated[int, typer.Option(help="Steps a meta-action costs.", min=0)] = 1,
     workers: Annotated[int | None, typer.Option(help="Environment worker processes [default: 0 for the fast "
-                                                       "engine, 2 for textworld].")] = None,
-    concurrency: Annotated[int, typer.Option(help="Episodes in flight.")] = 8,
+                                                       "engine, 2 for textworld].", min=0)] = None,
+    concurrency: Annotated[int, typer.Option(help="Episodes in flight (at most the teacher's max_concurrency).",
+                                             min=1)] = 8,
     engine: Annotated[str | None, typer.Option(help="textworld or fast (default: the library default).")] = None,
     bank_version: Annotated[int | None, typer.Option(help="bpe mode: recall from this frozen Experience bank "
                                                       "version of the warehouse [default: the seed bank].")] = None,
+    max_spend_usd: Annotated[float | None, typer.Option(help="Stop starting episodes once this run has spent this "
+                                                        "many USD (the teacher's own cap applies too).", min=0)
+                             ] = None,
+    max_consecutive_failures: Annotated[int, typer.Option(help="Stop the run after this many calls in a row failed "
+                                                          "to connect, authenticate or find the model.", min=1)] = 5,
+    preflight: Annotated[bool, typer.Option(help="One real call checks an API teacher before the run fans "
+                                            "out.")] = True,
+    dry_run: Annotated[bool, typer.Option(help="Only estimate the run's tokens and dollars; call and store "
+                                          "nothing.")] = False,
     db: DbOption = None,
 ) -> None:
-    """Play a teacher on a split and store every episode, step and harness call in the warehouse."""
-    logging.basicConfig(level=logging.WARNING)
+    """Play a teacher on a split and store every episode, step and harness call in the warehouse.
+
+    Exit codes: 0 done; 1 error (bad input, failed preflight, circuit breaker, nothing succeeded);
+    3 stopped at a spend cap (rerun after raising the cap to resume)."""
+    logging.basicConfig(level=logging.ERROR)
     config = CollectionConfig(
         teacher=teacher, mode=mode, split=split, limit=limit, seeds=tuple(seed or [0]), max_steps=max_steps,
         meta_action_cost=meta_action_cost, workers=workers, concurrency=concurrency, engine=engine,
-        bank_version=bank_version,
+        bank_version=bank_version, max_spend_usd=max_spend_usd, max_consecutive_failures=max_consecutive_failures,
+        preflight=preflight,
     )
-    with Warehouse(db or default_db_path()) as warehouse, Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TextColumn("{task.fields[last]}"), console=console,
-    ) as progress:
-        bar = progress.add_task(f"{teacher}/{mode.value} on {split}", total=None, last="")
-
+    if dry_run:
+        dry_run_command(config, db)
+        return
+    with Warehouse(db or default_db_path()) as warehouse, progress_reporter(f"{teacher}/{mode.value} on {split}"
+                                                                             ) as update:
         def on_progress(done: int, total: int, record) -> None:  # type: ignore[no-untyped-def]
             outcome = "won" if record.won else record.status if record.status == "failed" else "lost"
-            progress.update(bar, completed=done, total=total, last=f"{record.spec.game.task_type}: {outcome}")
+            update(done, total, f"{record.spec.game.task_type}: {outcome}")
 
         try:
             result = collect(config, warehouse, run_id=new_run_id(), on_progress=on_progress)
-        except (AlfworldDataError, ValueError, KeyError) as exc:
-            raise typer.BadParameter(str(exc)) from exc
+        except (AlfworldDataError, ValueError, LookupError) as exc:
+            raise typer.BadParameter(str(exc).strip("\"'")) from exc
         columns, rows = warehouse.query("teacher_summary", teacher=teacher, mode=mode.value, split=split)
+    report_collection(result)
+    print_table(f"{teacher} / {mode.value} / {split} (all stored episodes)", columns, rows)
+    exit_for(result)
+
+
+def report_collection(result: CollectionResult) -> None:
+    """What the run did, its spend, why episodes failed and why it stopped, in plain lines."""
     rate = f"{result.episodes_per_second:.2f} episodes/s" if result.episodes_per_second else "nothing to run"
+    if result.preflight is not None:
+        console.print(result.preflight.message, markup=False, highlight=False, soft_wrap=True)
     console.print(
         f"planned {result.planned}, already stored {result.skipped}, ran {len(result.records)} "
         f"(won {result.won}, failed {result.failed}) in {result.seconds:.1f}s — {rate}"
     )
-    print_table(f"{teacher} / {mode.value} / {split} (all stored episodes)", columns, rows)
+    if result.spent_usd:
+        console.print(f"spent ${result.spent_usd:.4f} in this run (preflight included)")
+    reasons = Counter(r.failure_reason for r in result.records if r.status == "failed")
+    for reason, count in reasons.most_common(5):
+        console.print(f"failed {count}: {reason}", markup=False, highlight=False, soft_wrap=True)
+    if result.stop_reason:
+        console.print(f"stopped: {result.stop_reason}; {result.not_started} planned episode(s) not started "
+                      "(stored ones are kept; rerun to resume).", markup=False, highlight=False, soft_wrap=True)
+
+
+def exit_for(result: CollectionResult) -> None:
+    if result.stop_kind is StopKind.CIRCUIT_BREAKER:
+        raise fail("the run was stopped by its circuit breaker (see above); fix the teacher and rerun")
+    if result.records and result.won == 0 and result.failed == len(result.records):
+        raise fail(f"nothing succeeded: all {result.failed} episodes failed (reasons above)")
+    if result.stop_kind is StopKind.SPEND_CAP:
+        raise fail("the run stopped at its spend cap; raise --max-spend-usd or the teacher's max_spend_usd "
+                   "(`evoharness teacher add ... --max-spend-usd`) and rerun to continue", EXIT_STOPPED)
+
+
+def dry_run_command(config: CollectionConfig, db: Path | None) -> None:
+    """Print the estimate of ``config``'s tokens and dollars; nothing is called or stored."""
+    from evoharness.collection_estimate import estimate_collection
+
+    with Warehouse(db or default_db_path()) as warehouse:
+        try:
+            estimate = estimate_collection(config, warehouse)
+        except (AlfworldDataError, ValueError, LookupError) as exc:
+            raise typer.BadParameter(str(exc).strip("\"'")) from exc
+    print_table(f"dry run: {config.teacher} / {config.mode.value} / {config.split} (nothing called or stored)",
+                ["estimate", "value"], estimate.rows())
 
 
 @app.command()

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from evoharness.cli_common import DbOption, console, print_table
+from evoharness.cli_common import DbOption, console, fail, print_table, quiet_third_party
 from evoharness.consolidation.audit import AUDIT_VIEWS, quality_gate, read_view
 from evoharness.consolidation.config import ConsolidationConfig, LLMSettings, QualityThresholds
 from evoharness.consolidation.pipeline import EpisodeOutcome, consolidate
@@ -42,8 +42,9 @@ def consolidate_command(
         teacher=teacher, consolidator=consolidator, splits=tuple(split or ['train']), limit=limit, engine=engine,  # type: ignore[arg-type]
         workers=workers, concurrency=concurrency, batch_size=batch_size, reconsolidate=reconsolidate, llm=settings,
     )
-    worker = RuleConsolidator() if consolidator == "rule" else build_llm_consolidator(settings)
     path = db or default_db_path()
+    check_sources(path, teacher, config.splits)
+    worker = RuleConsolidator() if consolidator == "rule" else build_llm_consolidator(settings)
 
     def report_failure(done: int, total: int, outcome: EpisodeOutcome) -> None:
         if outcome.failure:
@@ -55,6 +56,24 @@ def consolidate_command(
                   f"in {result.seconds:.1f}s")
     with Warehouse(path, read_only=False) as wh:
         print_table("audit_quality", *read_view(wh, "audit_quality"))
+
+
+def check_sources(path: object, teacher: str, splits: tuple[str, ...]) -> None:
+    """Fail with a hint when ``teacher`` has no finished episodes on ``splits`` (instead of "planned 0")."""
+    with Warehouse(path) as wh:  # type: ignore[arg-type]
+        _, rows = wh.query("finished_episodes_by_split")
+    have = {(t, split): n for t, split, n in rows}
+    if any((teacher, split) in have for split in splits):
+        return
+    mine = ", ".join(f"{split}: {n}" for (t, split), n in have.items() if t == teacher)
+    if not mine:
+        others = sorted({t for t, _ in have})
+        raise fail(f"--teacher {teacher!r} has no finished episodes in {path} "
+                   f"(teachers with episodes: {', '.join(others) or 'none'}); collect first: "
+                   f"`evoharness collect --teacher {teacher} --split train`")
+    raise fail(f"--teacher {teacher!r} has no finished episodes on {', '.join(splits)} (consolidate reads --split "
+               f"train unless told; it has {mine}). Collect train episodes (`evoharness collect --teacher {teacher} "
+               f"--split train`; validation games never enter a training set) or pass --split to consolidate others")
 
 
 def audit_command(
@@ -86,6 +105,7 @@ def curate_command(
     db: DbOption = None,
 ) -> None:
     """Build a curated Hugging Face SFT dataset from consolidated examples (train games only)."""
+    quiet_third_party()
     config = CurationConfig(name=name, teacher=teacher, consolidator=consolidator, max_tokens=max_tokens,
                             tokenizer=tokenizer, output_dir=output_dir)
     with Warehouse(db or default_db_path()) as wh:
@@ -96,7 +116,10 @@ def curate_command(
         result = curate(wh, config, new_run_id())
     console.print(f"{result.dataset_id} at {result.path}{' (unchanged, reused)' if result.reused else ''}: "
                   f"train {result.n_train}, validation {result.n_validation}, bank v{result.bank_version}")
-    console.print(json.dumps({"composition": result.composition, "dropped": result.dropped}, indent=1))
+    composition = [(group, item, count) for group, counts in result.composition.items()
+                   for item, count in (counts.items() if isinstance(counts, dict) else [("", counts)])]
+    print_table(f"{result.dataset_id}: composition", ["group", "item", "count"], composition)
+    print_table(f"{result.dataset_id}: dropped", ["reason", "count"], sorted(result.dropped.items()))
 
 
 def register(app: typer.Typer) -> None:

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from evoharness.cli_common import DbOption, console, print_table
+from evoharness.cli_common import DbOption, console, fail, print_table
 from evoharness.harness.prompts import Mode
 from evoharness.teachers.registry import (
     DEFAULT_DISTILL_GAMES,
@@ -68,6 +68,10 @@ def add(
     timeout: Annotated[float, typer.Option(help="Seconds per HTTP request.")] = 60.0,
     distill_games: Annotated[int, typer.Option(help="Train games a distillation run collects on.")] = (
         DEFAULT_DISTILL_GAMES),
+    max_spend_usd: Annotated[float | None, typer.Option(help="USD this teacher may spend in all (failed attempts "
+                                                        "included); runs stop starting episodes there.")] = None,
+    auto_distill: Annotated[bool, typer.Option(help="Let the Dagster sensor start this teacher's distillation run "
+                                               "by itself (after a passing preflight, within its cap).")] = False,
     registry: RegistryOption = None,
     db: DbOption = None,
 ) -> None:
@@ -78,6 +82,7 @@ def add(
             price_in=price_in, price_out=price_out, max_concurrency=max_concurrency, temperature=temperature,
             max_tokens=max_tokens, mode=mode, prompt_template=prompt_template,
             retry=RetryConfig(max_attempts=max_attempts, timeout_s=timeout), distill_games=distill_games,
+            max_spend_usd=max_spend_usd, auto_distill=auto_distill,
         )
     except ValidationError as exc:
         raise typer.BadParameter(validation_message(exc)) from None
@@ -91,22 +96,44 @@ def add(
     console.print(f"{'registered' if changed else 'unchanged'} {name!r} in {path} (sha {spec.sha256[:12]})")
     console.print(f"warehouse: teachers table updated in {db or default_db_path()}")
     console.print(register_dagster_partition(name))
+    console.print(f"auto distillation: {'on (the sensor preflights it, then starts its run)' if auto_distill else 'off'}"
+                  f"{'' if spec.max_spend_usd is None else f'; spend cap ${spec.max_spend_usd:g}'}")
     if spec.api_key_env and not os.environ.get(spec.api_key_env):
         console.print(f"[yellow]note: ${spec.api_key_env} is not set in this shell; collection will need it.")
 
 
 @teacher_app.command("list")
 def list_teachers(registry: RegistryOption = None) -> None:
-    """The registered teachers, one per line (key variable names only)."""
+    """The registered teachers with their settings (key variable names only, never keys)."""
     reg = TeacherRegistry.load(registry)
-    console.print(f"# {reg.path}", soft_wrap=True)
-    for spec in reg:
-        price = "-" if spec.price_in is None else f"${spec.price_in:g}/${spec.price_out:g} per Mtok"
-        fields = [spec.name, spec.provider.value, spec.model or "-", spec.base_url or "-",
-                  f"${spec.api_key_env}" if spec.api_key_env else "-", price,
-                  f"concurrency {spec.max_concurrency}", spec.mode.value,
-                  f"distill {spec.distill_games or 'all'} games"]
-        console.print("  ".join(fields), soft_wrap=True, markup=False, highlight=False)
+    columns = ["name", "provider", "model", "base_url", "api_key_env", "price_in", "price_out", "max_concurrency",
+               "mode", "distill_games", "max_spend_usd", "auto_distill"]
+    rows = [(spec.name, spec.provider.value, spec.model, spec.base_url,
+             f"${spec.api_key_env}" if spec.api_key_env else None, spec.price_in, spec.price_out,
+             spec.max_concurrency, spec.mode.value, spec.distill_games or "all", spec.max_spend_usd,
+             "yes" if spec.auto_distill else "no") for spec in reg]
+    print_table(f"teachers in {reg.path} (prices: USD per million tokens)", columns, rows)
+
+
+@teacher_app.command("check")
+def check(
+    name: Annotated[str, typer.Argument(help="Registered teacher to preflight.")],
+    mode: Annotated[Mode | None, typer.Option(help="Prompt set to check [default: the teacher's mode].")] = None,
+    registry: RegistryOption = None,
+) -> None:
+    """Preflight a teacher: one real call that must come back, with the key accepted, in the turn format."""
+    from evoharness.teachers.preflight import run_preflight
+
+    reg = TeacherRegistry.load(registry)
+    try:
+        reg.get(name)
+    except KeyError as exc:
+        raise typer.BadParameter(str(exc).strip("\"'"), param_hint="NAME") from None
+    result = run_preflight(name, mode, reg)
+    if not result.ok:
+        raise fail(result.message)
+    cost = "" if result.cost_usd is None else f" (cost ${result.cost_usd:.6f})"
+    console.print(result.message + cost, markup=False, highlight=False, soft_wrap=True)
 
 
 @teacher_app.command("costs")

@@ -7,9 +7,8 @@ from contextlib import contextmanager
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from evoharness.cli_common import DbOption, console, print_table
+from evoharness.cli_common import DbOption, print_table, progress_reporter, quiet_third_party
 from evoharness.evaluation.run import EVAL_SPLITS, EvaluationConfig, evaluate
 from evoharness.harness.prompts import Mode
 from evoharness.lineage import new_run_id
@@ -86,20 +85,15 @@ def grpo_command(
 
 @contextmanager
 def training_progress(label: str, shown: tuple[str, ...]) -> Iterator[LogCallback]:
-    """A progress bar over optimizer steps that shows the latest values of ``shown``."""
-    import datasets
-
-    datasets.disable_progress_bars()
-    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("{task.fields[values]}")]
-    with Progress(*columns, console=console) as progress:
-        task = progress.add_task(label, total=None, values="")
+    """Progress over optimizer steps showing the latest values of ``shown``: a bar on a terminal, else a line
+    with step, rate and ETA (so a long run in a log or a pipe is never silent until it ends)."""
+    quiet_third_party()
+    latest: dict[str, float] = {}
+    with progress_reporter(label, unit="steps", every_s=30.0) as update:
 
         def on_log(logs: dict[str, float], step: int, max_steps: int) -> None:
-            progress.update(task, completed=step, total=max_steps)
-            values = " ".join(f"{k} {logs[k]:.3f}" for k in shown if k in logs)
-            if values:
-                progress.update(task, values=values)
+            latest.update({k: logs[k] for k in shown if k in logs})
+            update(step, max_steps or None, " ".join(f"{k} {v:.3f}" for k, v in latest.items()))
 
         yield on_log
 
@@ -128,14 +122,11 @@ def evaluate_command(
     config = EvaluationConfig(model_version=model_version, splits=tuple(split or EVAL_SPLITS), limit=limit,
                               mode=mode, max_steps=max_steps, max_tokens=max_tokens, concurrency=concurrency,
                               engine=engine, constrain_actions=constrain_actions)
-    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
-    with Warehouse(db or default_db_path()) as wh, Progress(*columns, console=console) as progress:
-        tasks: dict[str, TaskID] = {}
+    quiet_third_party()
+    with Warehouse(db or default_db_path()) as wh, progress_reporter(f"{model_version} evaluation") as update:
 
         def on_progress(split_name: str, done: int, total: int, record: object) -> None:
-            if split_name not in tasks:
-                tasks[split_name] = progress.add_task(f"{split_name} episodes", total=total)
-            progress.update(tasks[split_name], completed=done)
+            update(done, total, split_name)
 
         try:
             result = evaluate(wh, config, new_run_id(), on_progress=on_progress)

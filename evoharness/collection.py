@@ -25,11 +25,13 @@ from evoharness.harness.budget import StepBudget
 from evoharness.harness.experience import ExperienceBankData, load_bank_file
 from evoharness.harness.prompts import Mode, PromptSet, load_prompt_set
 from evoharness.lineage import code_version
+from evoharness.run_guard import GuardedPolicy, RunGuard, SpendCap, StopKind
 from evoharness.teachers.base import Policy
 from evoharness.teachers.clients.base import aclose_client
 from evoharness.teachers.factory import build_policy
-from evoharness.teachers.registry import TeacherRegistry, upsert_warehouse
-from warehouse import Warehouse
+from evoharness.teachers.preflight import PreflightError, PreflightResult, check, needs_preflight
+from evoharness.teachers.registry import Provider, TeacherRegistry, TeacherSpec, upsert_warehouse
+from warehouse import Warehouse, load_query
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,35 @@ class CollectionConfig:
     data_root: str | None = None
     teachers_file: str | None = None  # the registry; None: $EVOHARNESS_TEACHERS or ./teachers.yaml
     bank_version: int | None = None  # bpe mode: a frozen version of the seed bank's lineage; None: the seed
+    max_spend_usd: float | None = None  # this run's cap (the teacher's registry cap applies as well)
+    max_consecutive_failures: int = 5  # calls in a row unreachable / key rejected / model missing: stop the run
+    preflight: bool = True  # one real call before fanning out (API teachers)
+
+    def __post_init__(self) -> None:
+        check_collection_config(self)
+
+
+class CollectionConfigError(ValueError):
+    """A collection setting is out of range; the message names the setting and the fix."""
+
+
+def check_collection_config(config: CollectionConfig) -> None:
+    """Reject settings that would hang or silently do something else, naming the setting and the fix."""
+    at_least_one = {"limit": config.limit, "max_steps": config.max_steps, "concurrency": config.concurrency,
+                    "max_consecutive_failures": config.max_consecutive_failures}
+    for name, value in at_least_one.items():
+        if value is not None and value < 1:
+            raise CollectionConfigError(f"{name} must be at least 1 (got {value}); set {name} to 1 or more"
+                                        + (" or leave it unset for every game" if name == "limit" else ""))
+    non_negative: dict[str, float | None] = {"workers": config.workers, "meta_action_cost": config.meta_action_cost,
+                                             "max_spend_usd": config.max_spend_usd}
+    for name, amount in non_negative.items():
+        if amount is not None and amount < 0:
+            raise CollectionConfigError(f"{name} must not be negative (got {amount}); set it to 0 or more")
+    if not config.seeds:
+        raise CollectionConfigError("seeds is empty; give at least one seed (e.g. 0)")
+    if config.engine is not None and config.engine not in ("fast", "textworld"):
+        raise CollectionConfigError(f"engine {config.engine!r} is unknown; use fast or textworld")
 
 
 @dataclass
@@ -61,6 +92,11 @@ class CollectionResult:
     seconds: float
     records: list[EpisodeRecord] = field(default_factory=list)
     concurrency: int | None = None  # episodes that were allowed in flight
+    not_started: int = 0  # planned episodes left unplayed because the run was stopped
+    stop_kind: StopKind | None = None
+    stop_reason: str | None = None  # why the run stopped early (spend cap, circuit breaker)
+    spent_usd: float | None = None  # this run, preflight included (None: the teacher has no prices)
+    preflight: PreflightResult | None = None
 
     @property
     def episodes_per_second(self) -> float | None:
@@ -105,13 +141,40 @@ def plan_episodes(config: CollectionConfig, bank: ExperienceBankData | None = No
 
 async def _run_and_close(
     todo: list[EpisodeSpec], policy: Policy, pool: EnvPool, prompt_set: PromptSet, settings: RunSettings,
-    write: Callable[[EpisodeRecord], Awaitable[None]],
+    write: Callable[[EpisodeRecord], Awaitable[None]], guard: RunGuard, preflight: TeacherSpec | None = None,
+    preflight_done: Callable[[PreflightResult], None] | None = None,
 ) -> list[EpisodeRecord]:
-    """Run the episodes, then close the policy's connections on the same event loop."""
+    """Preflight (when ``preflight`` names the teacher), run the episodes under ``guard``, then close the
+    policy's connections on the same event loop."""
     try:
-        return await run_episodes(todo, policy, pool, prompt_set, settings, on_episode=write)
+        if preflight is not None:
+            result = await check(policy, preflight, todo[0].mode)
+            guard.add_cost(result.cost_usd)
+            if preflight_done is not None:
+                preflight_done(result)
+            if not result.ok:
+                raise PreflightError(result.message)
+        return await run_episodes(todo, GuardedPolicy(policy, guard), pool, prompt_set, settings, on_episode=write,
+                                  may_start=guard.may_start)
     finally:
         await aclose_client(policy)
+
+
+def spend_caps(teacher: TeacherSpec, config: CollectionConfig, warehouse: Warehouse) -> tuple[SpendCap, ...]:
+    """The teacher's registry cap (on its whole attempt ledger) and this run's cap, where set."""
+    if teacher.max_spend_usd is None and config.max_spend_usd is None:
+        return ()
+    if teacher.provider is not Provider.EXPERT and (teacher.price_in is None or teacher.price_out is None):
+        raise CollectionConfigError(
+            f"teacher {teacher.name!r} has a spend cap but no prices, so its spend cannot be counted; register "
+            f"them with `evoharness teacher add {teacher.name} ... --price-in USD --price-out USD`")
+    caps = []
+    if teacher.max_spend_usd is not None:
+        spent = float(warehouse.scalar(load_query("teacher_spend"), {"teacher": teacher.name}))
+        caps.append(SpendCap(teacher.max_spend_usd, f"teacher {teacher.name!r} max_spend_usd", spent))
+    if config.max_spend_usd is not None:
+        caps.append(SpendCap(config.max_spend_usd, "this run's --max-spend-usd"))
+    return tuple(caps)
 
 
 class EpisodeWriter:
@@ -168,6 +231,7 @@ def collect(
     upsert_warehouse(warehouse, [teacher])
     warehouse.upsert_games(spec.game.as_row() for spec in {s.game.game_id: s for s in specs}.values())
     done = warehouse.finished_episode_ids(config.teacher)
+    guard = RunGuard(spend_caps(teacher, config, warehouse), config.max_consecutive_failures)
     warehouse.release()  # hold the file only while writing, so other processes can use it meanwhile
     todo = [spec for spec in specs if spec.episode_id not in done]
     prompt_set = load_prompt_set(prompt_id_for(config, registry))
@@ -177,6 +241,7 @@ def collect(
         budget=StepBudget(max_steps=config.max_steps, meta_action_cost=config.meta_action_cost),
         concurrency=concurrency, bank=bank,
     )
+    checked: list[PreflightResult] = []
     counts = {"written": 0, "finished": 0}
     writer = EpisodeWriter(warehouse, run_id=run_id, code_version=code_version())
 
@@ -189,10 +254,13 @@ def collect(
 
     started = time.perf_counter()
     records: list[EpisodeRecord] = []
-    if todo:
+    if todo and guard.may_start():
         workers = None if config.workers is None else min(config.workers, len(todo))
+        preflight = teacher if config.preflight and needs_preflight(teacher) else None
         with writer, EnvPool(workers=workers, engine=config.engine, expert=policy.needs_expert) as pool:
-            records = asyncio.run(_run_and_close(todo, policy, pool, prompt_set, settings, write))
+            records = asyncio.run(_run_and_close(todo, policy, pool, prompt_set, settings, write, guard, preflight,
+                                                 checked.append))
+    priced = teacher.provider is Provider.EXPERT or None not in (teacher.price_in, teacher.price_out)
     return CollectionResult(
         planned=len(specs),
         skipped=len(specs) - len(todo),
@@ -202,4 +270,9 @@ def collect(
         seconds=time.perf_counter() - started,
         records=records,
         concurrency=concurrency,
+        not_started=len(todo) - len(records),
+        stop_kind=guard.stop_kind,
+        stop_reason=guard.stop_reason,
+        spent_usd=guard.spent_usd if priced else None,
+        preflight=checked[0] if checked else None,
     )

@@ -1,8 +1,10 @@
 """Sensors: a newly registered teacher becomes a distillation run; a new model version, an evaluation.
 
 A teacher "is new" when its registry entry (``teachers.yaml``) has no ``teacher_episodes``
-materialization. The sensor adds missing partition keys and requests one ``distill_teacher`` run per new
-teacher: collection on ``distill_games`` train games, consolidation, curation, SFT and GRPO, each gated by
+materialization. The sensor adds missing partition keys. Automatic runs are opt-in: only a teacher marked
+``auto_distill`` (``evoharness teacher add NAME ... --auto-distill``), under its spend cap, whose preflight
+passes (one real call) gets a ``distill_teacher`` run; every other one is named in the skip reason with
+why. A run is collection on ``distill_games`` train games, consolidation, curation, SFT and GRPO, each gated by
 its blocking checks; the new model versions then become evaluation runs (``new_model_version_sensor``). The
 run key carries the entry's sha, so an edited entry is requested again but a failed run is not retried in a
 loop (rerun it from the UI; every stage resumes where it stopped).
@@ -10,10 +12,16 @@ loop (rerun it from the UI; every stage resumes where it stopped).
 
 from __future__ import annotations
 
+import json
+import time
+
 import dagster as dg
 
+from evoharness.teachers.preflight import run_preflight
 from evoharness.teachers.registry import TeacherRegistry, TeacherSpec
 from pipelines.partitions import MODEL_VERSION_PARTITIONS_NAME, TEACHER_PARTITIONS_NAME, teacher_partitions
+from pipelines.resources import WarehouseResource
+from warehouse import Warehouse, WarehouseOpenError, load_query
 
 TEACHER_EPISODES = dg.AssetKey("teacher_episodes")
 
@@ -29,39 +37,94 @@ distill_teacher_job = dg.define_asset_job(
 
 
 def distillation_run_config(spec: TeacherSpec) -> dict:
-    """Run config of a teacher's distillation: its train-game budget, default mode and concurrency bound."""
+    """Run config of a teacher's distillation: its train-game budget, default mode and concurrency bound
+    (its spend cap is the registry's, enforced by the collection itself)."""
     collection = {"split": "train", "limit": spec.distill_games, "mode": spec.mode.value,
                   "concurrency": spec.max_concurrency}
     return {"ops": {"teacher_episodes": {"config": collection}}}
+
+
+PREFLIGHT_RETRY_S = 600.0
+"""After a failed preflight, a teacher is checked again (one real call) at most this often."""
+
+
+def spent_usd(warehouse: WarehouseResource, teacher: str) -> float:
+    """The teacher's spend over its attempt ledger; 0 before the warehouse exists."""
+    try:
+        with Warehouse(warehouse.db_path(), read_only=True, lock_wait_s=5.0) as wh:
+            return float(wh.scalar(load_query("teacher_spend"), {"teacher": teacher}))
+    except WarehouseOpenError as exc:
+        if "does not exist" in str(exc):
+            return 0.0
+        raise
+
+
+def _run_requested(context: dg.SensorEvaluationContext, run_key: str) -> bool:
+    runs = context.instance.get_runs(filters=dg.RunsFilter(tags={"dagster/run_key": run_key}), limit=1)
+    return bool(runs)
+
+
+def distillation_decision(context: dg.SensorEvaluationContext, spec: TeacherSpec, registry: TeacherRegistry,
+                          warehouse: WarehouseResource, failed_at: dict[str, float]) -> str | None:
+    """None when ``spec`` may get its distillation run now; else why not (one line)."""
+    if not spec.auto_distill:
+        return (f"{spec.name}: not marked for automatic distillation (opt in with `evoharness teacher add "
+                f"{spec.name} ... --auto-distill`, or launch distill_teacher by hand)")
+    if spec.max_spend_usd is not None:
+        try:
+            spent = spent_usd(warehouse, spec.name)
+        except WarehouseOpenError as exc:
+            return f"{spec.name}: cannot read its spend yet ({exc}); checking again later"
+        if spent >= spec.max_spend_usd:
+            return (f"{spec.name}: spent ${spent:.4f} of its ${spec.max_spend_usd:g} cap (max_spend_usd); raise "
+                    "it to distil more")
+    key = f"{spec.name}@{spec.sha256[:16]}"
+    if time.time() - failed_at.get(key, 0.0) < PREFLIGHT_RETRY_S:
+        return f"{spec.name}: preflight failed recently; next check within {PREFLIGHT_RETRY_S:.0f}s"
+    result = run_preflight(spec.name, registry=registry)
+    if not result.ok:
+        failed_at[key] = time.time()
+        return f"{spec.name}: {result.message}"
+    context.log.info(result.message)
+    return None
 
 
 @dg.sensor(
     job=distill_teacher_job,
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Registry entries without teacher_episodes become distillation runs of their partition.",
+    description="Registry entries marked auto_distill, without teacher_episodes, under their spend cap and "
+                "with a passing preflight become distillation runs of their partition.",
 )
-def new_teacher_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+def new_teacher_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource) -> dg.SensorResult:
     registry = TeacherRegistry.load()
     known = set(context.instance.get_dynamic_partitions(TEACHER_PARTITIONS_NAME))
     materialized = context.instance.get_materialized_partitions(TEACHER_EPISODES)
     missing = [spec.name for spec in registry if spec.name not in known]
-    requests = [
-        dg.RunRequest(
+    failed_at: dict[str, float] = json.loads(context.cursor) if context.cursor else {}
+    requests, skipped = [], []
+    for spec in registry:
+        run_key = f"{spec.name}@{spec.sha256[:16]}"
+        if spec.name in materialized or _run_requested(context, run_key):
+            continue
+        reason = distillation_decision(context, spec, registry, warehouse, failed_at)
+        if reason is not None:
+            skipped.append(reason)
+            continue
+        requests.append(dg.RunRequest(
             partition_key=spec.name,
-            run_key=f"{spec.name}@{spec.sha256[:16]}",
+            run_key=run_key,
             run_config=distillation_run_config(spec),
             tags={"teacher": spec.name, "teacher_provider": spec.provider.value},
-        )
-        for spec in registry
-        if spec.name not in materialized
-    ]
-    if not requests and not missing:
-        return dg.SensorResult(skip_reason="every registered teacher has episodes")
-    return dg.SensorResult(
-        run_requests=requests,
-        dynamic_partitions_requests=[teacher_partitions.build_add_request(missing)] if missing else [],
-    )
+        ))
+    partitions = [teacher_partitions.build_add_request(missing)] if missing else []
+    cursor = json.dumps(failed_at, sort_keys=True)
+    if requests:
+        for reason in skipped:
+            context.log.info(f"skipped {reason}")
+        return dg.SensorResult(run_requests=requests, dynamic_partitions_requests=partitions, cursor=cursor)
+    why = "; ".join(skipped) or "every registered teacher has episodes or a distillation run"
+    return dg.SensorResult(skip_reason=why, dynamic_partitions_requests=partitions, cursor=cursor)
 
 
 STUDENT_EVALUATION = dg.AssetKey("student_evaluation")

@@ -1,5 +1,5 @@
 """Registry: typed entries, teachers.yaml round trip, the CLI (yaml + warehouse + Dagster partition),
-build_policy by name, and the sensor that turns a new teacher into a collection run request."""
+build_policy by name, and the sensor that adds teacher partitions (runs are opt-in)."""
 
 from __future__ import annotations
 
@@ -123,30 +123,32 @@ def test_cli_rejects_a_pasted_key_without_echoing_it(tmp_path: Path, monkeypatch
     assert not (tmp_path / "t.yaml").exists()
 
 
-def test_sensor_requests_runs_for_new_teachers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sensor_adds_partitions_but_starts_no_unmarked_teacher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    """Automation is opt-in: registered teachers get their partitions, and runs only with ``auto_distill``
+    (marked teachers and their preflight: tests/test_cli_safety.py)."""
     from pipelines.definitions import defs
-    from pipelines.sensors import new_teacher_sensor
+    from pipelines.resources import WarehouseResource
+    from pipelines.sensors import distillation_run_config, new_teacher_sensor
 
     path = tmp_path / "teachers.yaml"
-    registry = TeacherRegistry([spec(max_concurrency=12, mode="react", distill_games=40)], path)
-    registry.save()
+    claude = spec(max_concurrency=12, mode="react", distill_games=40)
+    TeacherRegistry([claude], path).save()
     monkeypatch.setenv("EVOHARNESS_TEACHERS", str(path))
+    resources = {"warehouse": WarehouseResource(path=str(tmp_path / "wh.duckdb"))}
+    assert distillation_run_config(claude)["ops"]["teacher_episodes"]["config"] == {
+        "split": "train", "limit": 40, "mode": "react", "concurrency": 12}
+    assert new_teacher_sensor.job_name == "distill_teacher"
     with dg.instance_for_test() as instance:
-        result = new_teacher_sensor(dg.build_sensor_context(instance=instance, definitions=defs))
-        assert {r.partition_key for r in result.run_requests} == {"expert", "claude"}
-        claude = next(r for r in result.run_requests if r.partition_key == "claude")
-        assert claude.run_config["ops"]["teacher_episodes"]["config"] == {
-            "split": "train", "limit": 40, "mode": "react", "concurrency": 12}
-        assert new_teacher_sensor.job_name == "distill_teacher"
+        result = new_teacher_sensor(dg.build_sensor_context(instance=instance, definitions=defs, resources=resources))
+        assert not result.run_requests
+        assert "claude: not marked for automatic distillation" in result.skip_reason.skip_message  # type: ignore[union-attr]
         (added,) = result.dynamic_partitions_requests
         assert set(added.partition_keys) == {"expert", "claude"}
 
         instance.add_dynamic_partitions(TEACHER_PARTITIONS_NAME, ["expert", "claude"])
-        instance.report_runless_asset_event(dg.AssetMaterialization(asset_key="teacher_episodes", partition="expert"))
-        again = new_teacher_sensor(dg.build_sensor_context(instance=instance, definitions=defs))
-        assert [r.partition_key for r in again.run_requests] == ["claude"]
-        assert not again.dynamic_partitions_requests
-
-        instance.report_runless_asset_event(dg.AssetMaterialization(asset_key="teacher_episodes", partition="claude"))
-        idle = new_teacher_sensor(dg.build_sensor_context(instance=instance, definitions=defs))
-        assert not idle.run_requests
+        for name in ("expert", "claude"):
+            instance.report_runless_asset_event(dg.AssetMaterialization(asset_key="teacher_episodes", partition=name))
+        idle = new_teacher_sensor(dg.build_sensor_context(instance=instance, definitions=defs, resources=resources))
+        assert not idle.run_requests and not idle.dynamic_partitions_requests
+        assert "every registered teacher has episodes" in idle.skip_reason.skip_message  # type: ignore[union-attr]

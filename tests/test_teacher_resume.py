@@ -43,7 +43,8 @@ def test_killed_collection_resumes(tmp_path: Path) -> None:
     with LoopbackServer(ConcurrencyProbe(player, hold_s=0.1)) as server:
         write_registry(registry, loopback_teacher("lb", "openai", server, max_concurrency=2))
         env = os.environ | {"EVOHARNESS_TEACHERS": str(registry), "EVOHARNESS_DB": str(db),
-                            TEST_KEY_ENV: "sk-resume-test-0123456789"}
+                            TEST_KEY_ENV: "sk-resume-test-0123456789",
+                            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
         command = [sys.executable, "-m", "evoharness.cli", "collect", "--teacher", "lb", "--split", "valid_seen",
                    "--limit", str(GAMES), "--max-steps", "30", "--engine", ENGINE, "--workers", "1",
                    "--concurrency", "2"]
@@ -77,4 +78,4 @@ def test_killed_collection_resumes(tmp_path: Path) -> None:
     with duckdb.connect(str(db), read_only=True) as con:
         rerun_turns = con.execute("SELECT sum(n_steps) FROM episodes WHERE run_id NOT IN "
                                   f"({', '.join('?' * len(kept))})", [v[1] for v in kept.values()]).fetchone()[0]
-    assert calls_after == rerun_turns  # one call per turn of the episodes still to do, none for kept ones
+    assert calls_after == 1 + rerun_turns  # the preflight, then one call per turn still to do, none for kept ones

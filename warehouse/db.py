@@ -36,6 +36,27 @@ def load_query(name: str) -> str:
     return (QUERIES_DIR / f"{name}.sql").read_text()
 
 
+class WarehouseOpenError(RuntimeError):
+    """The warehouse file cannot be used (a directory, not a DuckDB file, an uncreatable folder, locked)."""
+
+
+_FIX_PATH = "Fix: pass a DuckDB file path with --db or $EVOHARNESS_DB (a new file is created)."
+
+
+def _check_path(path: Path, read_only: bool) -> None:
+    """Fail with one clear line before DuckDB does with a traceback."""
+    if path.is_dir():
+        raise WarehouseOpenError(f"warehouse {path} is a directory, not a file. {_FIX_PATH}")
+    if read_only and not path.exists():
+        raise WarehouseOpenError(f"warehouse {path} does not exist. {_FIX_PATH}")
+    if not read_only:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise WarehouseOpenError(f"cannot create the folder of warehouse {path} ({exc.strerror or exc}). "
+                                     f"{_FIX_PATH}") from None
+
+
 def migration_files() -> list[Path]:
     return sorted(MIGRATIONS_DIR.glob("[0-9][0-9][0-9]_*.sql"))
 
@@ -54,8 +75,8 @@ class Warehouse:
         self.read_only = read_only
         self.lock_wait_s = lock_wait_s
         self._con: duckdb.DuckDBPyConnection | None = None
+        _check_path(self.path, read_only)
         if not read_only:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             self.migrate()
         else:
             self._connect()
@@ -74,9 +95,20 @@ class Warehouse:
                 return self._con
             except duckdb.IOException as exc:
                 if "lock" not in str(exc).lower() or time.monotonic() + delay > deadline:
-                    raise
+                    raise WarehouseOpenError(self._open_problem(exc)) from exc
                 time.sleep(delay)
+            except (duckdb.Error, OSError) as exc:
+                raise WarehouseOpenError(self._open_problem(exc)) from exc
                 delay = min(delay * 2, 2.0)
+
+    def _open_problem(self, exc: BaseException) -> str:
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if "lock" in text.lower():
+            return (f"warehouse {self.path} is in use by another process (waited {self.lock_wait_s:g}s): {text}. "
+                    "Fix: wait for that process, or use another file with --db.")
+        if "not a valid duckdb" in text.lower() or "database file" in text.lower():
+            return f"warehouse {self.path} is not a DuckDB database file ({text}). {_FIX_PATH}"
+        return f"cannot open warehouse {self.path}: {text}. {_FIX_PATH}"
 
     def release(self) -> None:
         """Close the connection so that other processes can use the file; the next use reconnects."""

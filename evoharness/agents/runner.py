@@ -126,12 +126,20 @@ async def run_episodes(
     prompt_set: PromptSet,
     settings: RunSettings,
     on_episode: Callable[[EpisodeRecord], Awaitable[None] | None] | None = None,
+    may_start: Callable[[], bool] | None = None,
 ) -> list[EpisodeRecord]:
-    """Run ``specs`` with at most ``settings.concurrency`` in flight; report each as it finishes."""
+    """Run ``specs`` with at most ``settings.concurrency`` in flight; report each as it finishes.
+
+    ``may_start`` is asked before each episode starts; once it says False no further episode starts (those
+    in flight finish), and the episodes never started are left out of the result."""
+    if settings.concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1 (got {settings.concurrency})")
     gate = asyncio.Semaphore(settings.concurrency)
 
-    async def one(spec: EpisodeSpec) -> EpisodeRecord:
+    async def one(spec: EpisodeSpec) -> EpisodeRecord | None:
         async with gate:
+            if may_start is not None and not may_start():
+                return None
             record = await run_episode(spec, policy, pool, prompt_set, settings)
         if on_episode is not None:
             maybe = on_episode(record)
@@ -139,4 +147,4 @@ async def run_episodes(
                 await maybe
         return record
 
-    return list(await asyncio.gather(*(one(spec) for spec in specs)))
+    return [record for record in await asyncio.gather(*(one(spec) for spec in specs)) if record is not None]

@@ -14,7 +14,16 @@ from evoharness.harness.prompts import Mode, RenderedPrompt
 
 
 class PolicyError(RuntimeError):
-    """The policy could not produce a turn (after its own retries); the episode fails with this reason."""
+    """The policy could not produce a turn (after its own retries); the episode fails with this reason.
+
+    ``kind`` tells failures of the whole teacher (``connection``: unreachable or not answering; ``auth``:
+    key rejected; ``not_found``: unknown model or endpoint) from failures of one episode (None), so a run
+    can stop when every episode would fail the same way (see :mod:`evoharness.run_guard`).
+    """
+
+    def __init__(self, message: str, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,15 @@ from dataclasses import dataclass, field
 
 from evoharness.harness.prompts import Mode
 from evoharness.teachers.base import PolicyError, PolicyOutput, TurnContext
-from evoharness.teachers.clients.base import ChatClient, ClientError, Completion, aclose_client
+from evoharness.teachers.clients.base import (
+    AuthenticationFailure,
+    ChatClient,
+    ClientError,
+    Completion,
+    ConnectionFailure,
+    ModelNotFound,
+    aclose_client,
+)
 from evoharness.teachers.clients.constrained import ActionSpace
 from evoharness.teachers.registry import TeacherSpec
 from evoharness.teachers.retry import Cooldown, RetriesExhausted, with_retries
@@ -108,6 +116,17 @@ class LLMTeacher:
                 spec.retry, cooldown=self.cooldown, rng=self.rng, label=label,
             )
         except ClientError as exc:  # permanent: bad request, auth, context too long
-            raise PolicyError(exc.reason) from None  # reasons are redacted; SDK errors hold request headers
+            raise PolicyError(exc.reason, failure_kind(exc)) from None  # reasons are redacted; SDK errors hold headers
         except RetriesExhausted as exc:
-            raise PolicyError(str(exc)) from None
+            raise PolicyError(str(exc), failure_kind(exc.__cause__)) from None
+
+
+def failure_kind(exc: BaseException | None) -> str | None:
+    """``connection`` / ``auth`` / ``not_found`` for failures of the whole teacher, None for one call's."""
+    if isinstance(exc, ConnectionFailure):
+        return "connection"
+    if isinstance(exc, AuthenticationFailure):
+        return "auth"
+    if isinstance(exc, ModelNotFound):
+        return "not_found"
+    return None

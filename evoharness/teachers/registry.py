@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from evoharness.harness.prompts import Mode
 from evoharness.teachers.retry import RetryConfig
@@ -38,6 +38,15 @@ class Provider(StrEnum):
     OPENAI_COMPATIBLE = "openai_compatible"
     LOCAL_HF = "local_hf"
     EXPERT = "expert"
+
+
+class RegistryError(ValueError):
+    """The registry file cannot be read; the message names the file and the field."""
+
+
+def _fields(exc: ValidationError) -> str:
+    """Field and rule of each error, never the offending value (it might be a pasted key)."""
+    return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'entry'}: {err['msg']}" for err in exc.errors())
 
 
 class MissingCredentialsError(ValueError):
@@ -66,6 +75,10 @@ class TeacherSpec(BaseModel):
     retry: RetryConfig = Field(default_factory=RetryConfig)
     distill_games: int | None = Field(default=DEFAULT_DISTILL_GAMES, ge=1, description=(
         "Train games a distillation run (sensor → distill_teacher job) collects on; None: every train game."))
+    max_spend_usd: float | None = Field(default=None, ge=0, description=(
+        "USD this teacher may spend in all, over its attempt ledger (failed attempts included); None: no cap."))
+    auto_distill: bool = Field(default=False, description=(
+        "The sensor turns this teacher into a distillation run by itself (after a passing preflight)."))
 
     @field_validator("base_url")
     @classmethod
@@ -125,10 +138,12 @@ REGISTRY_HEADER = """\
 # stored here: `api_key_env` is the NAME of the environment variable that holds a teacher's key.
 # Examples (prices are USD per million tokens; check your provider's current price list):
 #   evoharness teacher add claude --provider anthropic --model <model id> --api-key-env ANTHROPIC_API_KEY \\
-#       --price-in <usd> --price-out <usd> --max-concurrency 16
+#       --price-in <usd> --price-out <usd> --max-concurrency 16 --max-spend-usd 50
 #   evoharness teacher add gpt --provider openai --model <model id> --api-key-env OPENAI_API_KEY
 #   evoharness teacher add qwen-vllm --provider openai_compatible --model Qwen/Qwen3-8B \\
 #       --base-url http://gpu-host:8000/v1 --price-in 0 --price-out 0
+# Nothing runs by itself unless a teacher is added with --auto-distill (the sensor then preflights it and
+# starts its distillation run, within its --max-spend-usd).
 """
 
 
@@ -158,10 +173,15 @@ class TeacherRegistry:
         file = Path(path) if path is not None else registry_path()
         if not file.exists():
             return cls([], file)
-        raw = yaml.safe_load(file.read_text()) or {}
-        parsed = RegistryFile.model_validate(raw)
+        try:
+            raw = yaml.safe_load(file.read_text()) or {}
+            parsed = RegistryFile.model_validate(raw)
+        except (yaml.YAMLError, ValidationError, OSError) as exc:
+            detail = (_fields(exc) if isinstance(exc, ValidationError) else str(exc).splitlines()[0])
+            raise RegistryError(f"teacher registry {file} is unusable ({detail}). Fix the file, or point "
+                                "$EVOHARNESS_TEACHERS / --registry at a good one.") from None
         if parsed.version != REGISTRY_VERSION:
-            raise ValueError(f"{file}: registry version {parsed.version}, expected {REGISTRY_VERSION}")
+            raise RegistryError(f"{file}: registry version {parsed.version}, expected {REGISTRY_VERSION}")
         return cls(parsed.teachers, file)
 
     def save(self, path: str | os.PathLike | None = None) -> Path:

@@ -101,6 +101,21 @@ def load_game_file(path: Path) -> dict:
     return data
 
 
+def check_traj_file(path: Path) -> None:
+    """The expert reads ``traj_data.json``: raise :class:`AlfworldDataError` naming it when missing or corrupt."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise AlfworldDataError(f"The expert needs {path}, which is missing. {_FIX}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        what = "empty" if not Path(path).read_bytes().strip() else f"not valid JSON: {exc}"
+        raise AlfworldDataError(f"Expert data file {path} is corrupt ({what}). Re-download it with "
+                                "`alfworld-download`.") from None
+    if not isinstance(data, dict):
+        raise AlfworldDataError(f"Expert data file {path} is corrupt (not a JSON object). Re-download it with "
+                                "`alfworld-download`.")
+
+
 def resolve_data_root(data_root: str | os.PathLike | None = None) -> Path:
     """The ALFWorld data folder: the argument, else ``$ALFWORLD_DATA``; checked to hold ``json_2.1.1/``."""
     raw = data_root if data_root is not None else os.environ.get("ALFWORLD_DATA")

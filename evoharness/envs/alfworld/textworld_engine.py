@@ -6,7 +6,7 @@ import random
 import re
 from typing import Any
 
-from evoharness.envs.alfworld.catalog import AlfworldDataError, GameRecord, load_game_file
+from evoharness.envs.alfworld.catalog import AlfworldDataError, GameRecord, check_traj_file, load_game_file
 from evoharness.envs.alfworld.facts import facts_from_propositions
 from evoharness.envs.base import StepResult, WorldFacts
 
@@ -41,8 +41,7 @@ class TextWorldAlfworldEnv:
         )
         wrappers: list[Any] = [AlfredDemangler(), AlfredInfos]
         if expert:
-            if not game.traj_path.is_file():
-                raise AlfworldDataError(f"The handcoded expert needs {game.traj_path}, which is missing.")
+            check_traj_file(game.traj_path)
             wrappers.append(AlfredExpert)
         try:
             self._env = textworld.start(str(game.game_path), request, wrappers=wrappers)

@@ -71,5 +71,17 @@ class PermanentError(ClientError):
     """Retrying the same request will not help (bad request, auth, unknown model)."""
 
 
+class ConnectionFailure(TransientError):
+    """The server could not be reached or did not answer in time (refused, reset, DNS, timeout)."""
+
+
+class AuthenticationFailure(PermanentError):
+    """The server rejected the key (HTTP 401/403)."""
+
+
+class ModelNotFound(PermanentError):
+    """The server does not serve the requested model (HTTP 404)."""
+
+
 class ContextTooLongError(PermanentError):
     """The prompt does not fit the model's context window."""

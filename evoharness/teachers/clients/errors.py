@@ -6,7 +6,14 @@ import email.utils
 import time
 from collections.abc import Mapping
 
-from evoharness.teachers.clients.base import ClientError, ContextTooLongError, PermanentError, TransientError
+from evoharness.teachers.clients.base import (
+    AuthenticationFailure,
+    ClientError,
+    ContextTooLongError,
+    ModelNotFound,
+    PermanentError,
+    TransientError,
+)
 from evoharness.teachers.clients.redact import Redactor, short
 
 RETRYABLE_STATUS: frozenset[int] = frozenset({408, 409, 425, 429, 499})
@@ -60,6 +67,10 @@ def status_error(
         return ContextTooLongError(f"context too long: {reason}")
     if status == 429 and any(marker in lowered for marker in QUOTA_MARKERS):
         return PermanentError(f"quota exhausted: {reason}")
+    if status in (401, 403):
+        return AuthenticationFailure(f"authentication failed: {reason}")
+    if status == 404:
+        return ModelNotFound(f"not found (model or endpoint): {reason}")
     if status in RETRYABLE_STATUS or status >= 500:
         return TransientError(reason, retry_after_seconds(headers))
     return PermanentError(reason)

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from evoharness.teachers.clients.base import ClientError, PermanentError, TransientError
+from evoharness.teachers.clients.base import ClientError, ConnectionFailure, PermanentError, TransientError
 from evoharness.teachers.clients.errors import status_error
 from evoharness.teachers.clients.redact import Redactor, short
 
@@ -38,11 +38,11 @@ class PerLoop(Generic[SDK]):
 def translate(exc: BaseException, sdk: Any, redact: Redactor, provider: str) -> ClientError:
     """Map an ``anthropic``/``openai`` exception (same class names in both SDKs) to a client error."""
     if isinstance(exc, sdk.APITimeoutError):
-        return TransientError(f"{provider} request timed out")
+        return ConnectionFailure(f"{provider} request timed out")
     if isinstance(exc, sdk.APIConnectionError):
         cause = exc.__cause__ or exc.__context__
         what = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
-        return TransientError(f"{provider} connection error ({short(redact(what))})")
+        return ConnectionFailure(f"{provider} connection error ({short(redact(what))})")
     if isinstance(exc, sdk.APIStatusError):
         return status_error(exc.status_code, exc.response.headers, exc.body, redact, provider)
     if isinstance(exc, (sdk.APIResponseValidationError, json.JSONDecodeError, UnicodeDecodeError)):

@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from evoharness.envs.alfworld.catalog import AlfworldDataError, GameRecord, load_game_file
+from evoharness.envs.alfworld.catalog import AlfworldDataError, GameRecord, check_traj_file, load_game_file
 from evoharness.envs.alfworld.facts import FLAG_PREDICATES
 from evoharness.envs.alfworld.fast_engine import rules
 from evoharness.envs.alfworld.fast_engine.goal import predicates as goal_predicates
@@ -44,8 +44,8 @@ class FastAlfworldEnv:
         self.game = game
         self.expert = expert
         self.world = load_world(str(game.game_path))
-        if expert and not game.traj_path.is_file():
-            raise AlfworldDataError(f"The expert needs {game.traj_path}, which is missing.")
+        if expert:
+            check_traj_file(game.traj_path)
         self._state: State | None = None
         self._actions: dict[str, rules.Action] = {}
         self._admissible: tuple[str, ...] = ()
