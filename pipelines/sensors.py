@@ -11,9 +11,16 @@ loop (rerun it from the UI; every stage resumes where it stopped).
 from __future__ import annotations
 
 import dagster as dg
+import duckdb
 
 from evoharness.teachers.registry import TeacherRegistry, TeacherSpec
-from pipelines.partitions import MODEL_VERSION_PARTITIONS_NAME, TEACHER_PARTITIONS_NAME, teacher_partitions
+from pipelines.partitions import (
+    MODEL_VERSION_PARTITIONS_NAME,
+    TEACHER_PARTITIONS_NAME,
+    model_version_partitions,
+    teacher_partitions,
+)
+from pipelines.resources import WarehouseResource
 
 TEACHER_EPISODES = dg.AssetKey("teacher_episodes")
 
@@ -46,6 +53,7 @@ def new_teacher_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
     known = set(context.instance.get_dynamic_partitions(TEACHER_PARTITIONS_NAME))
     materialized = context.instance.get_materialized_partitions(TEACHER_EPISODES)
     missing = [spec.name for spec in registry if spec.name not in known]
+    stale = sorted(known - set(registry.names()))  # the registry is the truth: partitions are derived from it
     requests = [
         dg.RunRequest(
             partition_key=spec.name,
@@ -56,11 +64,12 @@ def new_teacher_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         for spec in registry
         if spec.name not in materialized
     ]
-    if not requests and not missing:
+    if not requests and not missing and not stale:
         return dg.SensorResult(skip_reason="every registered teacher has episodes")
     return dg.SensorResult(
         run_requests=requests,
-        dynamic_partitions_requests=[teacher_partitions.build_add_request(missing)] if missing else [],
+        dynamic_partitions_requests=([teacher_partitions.build_add_request(missing)] if missing else [])
+        + ([teacher_partitions.build_delete_request(stale)] if stale else []),
     )
 
 
@@ -79,11 +88,21 @@ evaluate_student_job = dg.define_asset_job(
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Model versions without student_evaluation become evaluation runs of their partition.",
 )
-def new_model_version_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-    versions = context.instance.get_dynamic_partitions(MODEL_VERSION_PARTITIONS_NAME)
+def new_model_version_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource) -> dg.SensorResult:
+    """``model_versions`` is the truth for students: every version there (trained by Dagster or by
+    ``evoharness sft``/``grpo``) gets its partition and, until it has one, an evaluation run."""
+    try:
+        versions = warehouse.model_versions()
+    except (OSError, duckdb.Error) as exc:  # no warehouse yet, or a writer holds it past the wait
+        return dg.SensorResult(skip_reason=f"warehouse not readable now: {str(exc).splitlines()[0]}")
+    known = set(context.instance.get_dynamic_partitions(MODEL_VERSION_PARTITIONS_NAME))
+    missing = [version for version in versions if version not in known]
     evaluated = context.instance.get_materialized_partitions(STUDENT_EVALUATION)
     requests = [dg.RunRequest(partition_key=version, run_key=version, tags={"model_version": version})
                 for version in versions if version not in evaluated]
-    if not requests:
+    if not requests and not missing:
         return dg.SensorResult(skip_reason="every model version has an evaluation")
-    return dg.SensorResult(run_requests=requests)
+    return dg.SensorResult(
+        run_requests=requests,
+        dynamic_partitions_requests=[model_version_partitions.build_add_request(missing)] if missing else [],
+    )
