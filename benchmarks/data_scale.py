@@ -62,15 +62,22 @@ def phase_collect(db: Path, games: int, seeds: int, chunk_games: int) -> dict[st
             "episodes_per_second": round(ran / seconds, 2) if ran and seconds else None}
 
 
-def phase_consolidate(db: Path, chunk: int) -> dict[str, Any]:
-    """Rule consolidation of every stored train episode, ``chunk`` episodes per run (memory stays bounded)."""
+def phase_consolidate(db: Path, chunk: int, follow: int | None = None) -> dict[str, Any]:
+    """Rule consolidation of every stored train episode, ``chunk`` episodes per run (memory stays bounded).
+    With ``follow``, it runs beside a collection: when it has caught up it waits (not timed) for more episodes
+    until ``follow`` are consolidated or nothing new arrives for 10 minutes."""
     done = seconds = 0.0
-    runs = 0
+    runs = idle = 0
     while True:
         config = ConsolidationConfig(engine="fast", workers=0, limit=chunk, batch_size=500)
         result = consolidate(config, db, RuleConsolidator(), f"data-scale-consolidate-{runs}")
         if result.planned == 0:
-            break
+            if follow is None or done >= follow or idle >= 20:
+                break
+            idle += 1
+            time.sleep(30)
+            continue
+        idle = 0
         runs += 1
         done += result.planned
         seconds += result.seconds
@@ -119,6 +126,8 @@ def main() -> None:
     parser.add_argument("--chunk-games", type=int, default=100)
     parser.add_argument("--consolidate-chunk", type=int, default=2500)
     parser.add_argument("--phases", nargs="+", default=["collect", "consolidate", "curate"])
+    parser.add_argument("--follow", type=int, default=None, help="consolidate beside a running collection until "
+                        "this many episodes are consolidated")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     args.db.parent.mkdir(parents=True, exist_ok=True)
@@ -127,7 +136,7 @@ def main() -> None:
                "cpus": os.cpu_count(), "games": args.games, "seeds": args.seeds,
                "planned_episodes": args.games * args.seeds}
     phases = {"collect": lambda: phase_collect(args.db, args.games, args.seeds, args.chunk_games),
-              "consolidate": lambda: phase_consolidate(args.db, args.consolidate_chunk),
+              "consolidate": lambda: phase_consolidate(args.db, args.consolidate_chunk, args.follow),
               "curate": lambda: phase_curate(args.db, args.db.parent / "datasets")}
     for name in args.phases:
         log(f"phase {name}")

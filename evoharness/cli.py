@@ -18,6 +18,7 @@ from evoharness.collection import CollectionConfig, collect
 from evoharness.envs.alfworld.catalog import SPLITS, AlfworldDataError, GameCatalog
 from evoharness.harness.prompts import Mode
 from evoharness.lineage import new_run_id
+from evoharness.stage_config import defaults
 from warehouse import Warehouse, default_db_path
 
 app = typer.Typer(help="EvoHarness-RL distillation pipeline: teachers → warehouse → student.", no_args_is_help=True)
@@ -36,28 +37,35 @@ def games(
     print_table(f"{split}: {len(found)} games", ["game_id", "task_type"], [(g.game_id, g.task_type) for g in found])
 
 
+COLLECT = defaults(CollectionConfig)  # the one declaration of the defaults: evoharness.collection
+
+
 @app.command("collect")
 def collect_command(
-    teacher: Annotated[str, typer.Option(help="Registered teacher name.")] = "expert",
-    mode: Annotated[Mode, typer.Option(help="bpe (workspace + meta-actions) or react.")] = Mode.BPE,
-    split: Annotated[str, typer.Option(help=f"One of {', '.join(SPLITS)}.")] = "valid_seen",
-    limit: Annotated[int | None, typer.Option(help="First N games of the split.")] = None,
-    seed: Annotated[list[int] | None, typer.Option(help="Episode seed; repeat for more episodes per game. [default: 0]")
-                    ] = None,
-    max_steps: Annotated[int, typer.Option(help="Step budget per episode.")] = 70,
-    meta_action_cost: Annotated[int, typer.Option(help="Steps a meta-action costs.")] = 1,
+    teacher: Annotated[str, typer.Option(help="Registered teacher name.")] = COLLECT["teacher"],
+    mode: Annotated[Mode, typer.Option(help="bpe (workspace + meta-actions) or react.")] = Mode(COLLECT["mode"]),
+    split: Annotated[str, typer.Option(help=f"One of {', '.join(SPLITS)}.")] = COLLECT["split"],
+    limit: Annotated[int | None, typer.Option(help="First N games of the split [default: all].")] = COLLECT["limit"],
+    seed: Annotated[list[int] | None, typer.Option(help="Episode seed; repeat for more episodes per game. "
+                                                        f"[default: {COLLECT['seeds']}]")] = None,
+    max_steps: Annotated[int, typer.Option(help="Step budget per episode.")] = COLLECT["max_steps"],
+    meta_action_cost: Annotated[int, typer.Option(help="Steps a meta-action costs.")] = COLLECT["meta_action_cost"],
     workers: Annotated[int | None, typer.Option(help="Environment worker processes [default: 0 for the fast "
-                                                       "engine, 2 for textworld].")] = None,
-    concurrency: Annotated[int, typer.Option(help="Episodes in flight.")] = 8,
-    engine: Annotated[str | None, typer.Option(help="textworld or fast (default: the library default).")] = None,
+                                                       "engine, 2 for textworld].")] = COLLECT["workers"],
+    concurrency: Annotated[int | None, typer.Option(help="Episodes in flight [default: the teacher's "
+                                                         "max_concurrency, which also caps it].")
+                           ] = COLLECT["concurrency"],
+    engine: Annotated[str | None, typer.Option(help="textworld or fast (default: the library default).")
+                      ] = COLLECT["engine"],
     bank_version: Annotated[int | None, typer.Option(help="bpe mode: recall from this frozen Experience bank "
-                                                      "version of the warehouse [default: the seed bank].")] = None,
+                                                      "version of the warehouse [default: the seed bank].")
+                            ] = COLLECT["bank_version"],
     db: DbOption = None,
 ) -> None:
     """Play a teacher on a split and store every episode, step and harness call in the warehouse."""
     logging.basicConfig(level=logging.WARNING)
     config = CollectionConfig(
-        teacher=teacher, mode=mode, split=split, limit=limit, seeds=tuple(seed or [0]), max_steps=max_steps,
+        teacher=teacher, mode=mode, split=split, limit=limit, seeds=tuple(seed or COLLECT["seeds"]), max_steps=max_steps,
         meta_action_cost=meta_action_cost, workers=workers, concurrency=concurrency, engine=engine,
         bank_version=bank_version,
     )
@@ -102,18 +110,19 @@ def init(db: DbOption = None) -> None:
     if not home:
         console.print("DAGSTER_HOME is not set: skipped the Dagster instance (set it to use the dagster CLI).")
         return
-    from dagster import DagsterInstance
+    from dagster import DagsterInstance  # the one command that sets up Dagster; imported only here
 
     from evoharness.teachers.registry import TeacherRegistry
-    from pipelines.partitions import register_teachers
+    from pipelines.partitions import reconcile_teachers
 
     config = Path(home) / "dagster.yaml"
     config.parent.mkdir(parents=True, exist_ok=True)
     if not config.exists():
         config.write_text("telemetry:\n  enabled: false\n")
     with DagsterInstance.get() as instance:
-        added = register_teachers(instance, tuple(TeacherRegistry.load().names()))
-    console.print(f"Dagster instance {home}: teacher partitions added: {', '.join(added) or 'none (all present)'}")
+        added, removed = reconcile_teachers(instance, tuple(TeacherRegistry.load().names()))
+    console.print(f"Dagster instance {home}: teacher partitions from the registry: added "
+                  f"{', '.join(added) or 'none'}; removed {', '.join(removed) or 'none'}")
 
 
 register_data_commands(app)
