@@ -61,7 +61,7 @@ def test_cli_trained_version_gets_an_evaluation_run_on_the_next_sensor_tick(cura
     from typer.testing import CliRunner
 
     import assets.evaluation as ae
-    from evoharness.cli import app
+    from evoharness_cli.cli import app
     from pipelines.definitions import defs
     from pipelines.partitions import MODEL_VERSION_PARTITIONS_NAME
     from pipelines.resources import AlfworldResource, WarehouseResource

@@ -31,7 +31,7 @@ def _materialize(asset: dg.AssetsDefinition, teacher: str, instance: dg.DagsterI
 def _docs_query(name: str) -> str:
     """The SQL block that docs/audit.md marks with ``<!-- query: name -->``."""
     text = (REPO / "docs" / "audit.md").read_text()
-    match = re.search(rf"<!-- query: {name} -->\s*```sql\n(.*?)```", text, re.S)
+    match = re.search(rf"<!-- query: {name} -->\s*```sql\n(.*?)```", text, re.DOTALL)
     assert match, f"docs/audit.md has no query {name!r}"
     return match.group(1)
 

@@ -54,13 +54,13 @@ def _stages() -> list[tuple[str, dict[str, Any], Callable[..., Any], type]]:
     from assets.curation import CurationRunConfig
     from assets.episodes import CollectionRunConfig
     from assets.evaluation import EvaluationRunConfig
-    from evoharness.cli import collect_command
-    from evoharness.cli_data import consolidate_command, curate_command
-    from evoharness.cli_training import evaluate_command
     from evoharness.collection import CollectionConfig
     from evoharness.consolidation.config import ConsolidationConfig, LLMSettings
     from evoharness.curation.config import CurationConfig
     from evoharness.evaluation.run import EvaluationConfig
+    from evoharness_cli.cli import collect_command
+    from evoharness_cli.cli_data import consolidate_command, curate_command
+    from evoharness_cli.cli_training import evaluate_command
 
     return [
         ("collection", _library(CollectionConfig), collect_command, CollectionRunConfig),

@@ -11,12 +11,12 @@ import yaml
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from evoharness.cli import app
 from evoharness.harness.prompts import Mode
 from evoharness.teachers.expert import ExpertTeacher
 from evoharness.teachers.factory import build_policy
 from evoharness.teachers.llm import LLMTeacher
 from evoharness.teachers.registry import EXPERT, Provider, TeacherRegistry, TeacherSpec
+from evoharness_cli.cli import app
 from pipelines.partitions import TEACHER_PARTITIONS_NAME
 from warehouse import Warehouse
 

@@ -146,7 +146,7 @@ def curate_reference(wh: Warehouse, config: CurationConfig, run_id: str) -> Data
             "consolidation_run_id": ex["consolidation_run_id"],
             "dataset_split": by_split[ex["game_id"]],
         })
-    schema = {"messages": pl.List(pl.Struct({"role": pl.String, "content": pl.String})), "episode_id": pl.String,
+    schema: dict[str, pl.DataType | type[pl.DataType]] = {"messages": pl.List(pl.Struct({"role": pl.String, "content": pl.String})), "episode_id": pl.String,
               "game_id": pl.String, "task_type": pl.String, "teacher": pl.String, "consolidator": pl.String,
               "turn": pl.Int32, "kind": pl.String, "bank_version": pl.Int32, "turn_vars": pl.String,
               "consolidation_run_id": pl.String,

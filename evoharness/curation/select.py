@@ -61,7 +61,8 @@ def select_columnar(candidates: pl.DataFrame, config: CurationConfig) -> Columna
     unique = unique.filter(pl.Series(~near))
     cap = config.max_per_task_type
     if cap is None and unique.height:
-        cap = math.ceil(config.balance_factor * unique["task_type"].value_counts()["count"].min())  # type: ignore[operator]
+        rarest = int(unique.group_by("task_type").len()["len"].min())  # type: ignore[arg-type]
+        cap = math.ceil(config.balance_factor * rarest)
     ranked = unique.with_columns(pl.col("stable_key").rank("ordinal").over("task_type").alias("rank"))
     chosen = ranked if cap is None else ranked.filter(pl.col("rank") <= cap)
     dropped["task-type balance cap"] += unique.height - chosen.height

@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 
-from evoharness.cli_common import DbOption, console, print_table
 from evoharness.consolidation.audit import AUDIT_VIEWS, quality_gate, read_view
 from evoharness.consolidation.config import ConsolidationConfig, LLMSettings, QualityThresholds
 from evoharness.consolidation.pipeline import EpisodeOutcome, consolidate
@@ -16,8 +15,8 @@ from evoharness.curation.build import curate
 from evoharness.curation.config import CurationConfig
 from evoharness.lineage import new_run_id
 from evoharness.stage_config import defaults
+from evoharness_cli.cli_common import DbOption, console, print_table
 from warehouse import Warehouse, default_db_path
-
 
 CONSOLIDATE = defaults(ConsolidationConfig)  # the one declaration of the defaults: consolidation.config
 LLM = defaults(LLMSettings)

@@ -14,17 +14,17 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from evoharness.cli_common import DbOption, console, print_table
 from evoharness.harness.prompts import Mode
 from evoharness.teachers.registry import (
     DEFAULT_DISTILL_GAMES,
     Provider,
     TeacherRegistry,
     TeacherSpec,
-    registry_path,
     reconcile_warehouse,
+    registry_path,
 )
 from evoharness.teachers.retry import RetryConfig
+from evoharness_cli.cli_common import DbOption, console, print_table
 from warehouse import Warehouse, default_db_path
 
 teacher_app = typer.Typer(help="Register and inspect teachers (teachers.yaml, mirrored in the warehouse).",

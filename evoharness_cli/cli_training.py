@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from evoharness.cli_common import DbOption, console, print_table
 from evoharness.evaluation.run import EVAL_SPLITS, EvaluationConfig, evaluate
 from evoharness.harness.prompts import Mode
 from evoharness.lineage import new_run_id
@@ -24,6 +23,7 @@ from evoharness.training.model_versions import (
 from evoharness.training.sft import SFTSettings
 from evoharness.training.tiny_student import STUDENT_PRESETS, TINY
 from evoharness.training.trainer_utils import LogCallback
+from evoharness_cli.cli_common import DbOption, console, print_table
 from warehouse import Warehouse, default_db_path
 
 

@@ -10,15 +10,15 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from evoharness.cli_common import DbOption, console, print_table
-from evoharness.cli_data import register as register_data_commands
-from evoharness.cli_teachers import teacher_app
-from evoharness.cli_training import evaluate_command, grpo_command, sft_command
 from evoharness.collection import CollectionConfig, collect
 from evoharness.envs.alfworld.catalog import SPLITS, AlfworldDataError, GameCatalog
 from evoharness.harness.prompts import Mode
 from evoharness.lineage import new_run_id
 from evoharness.stage_config import defaults
+from evoharness_cli.cli_common import DbOption, console, print_table
+from evoharness_cli.cli_data import register as register_data_commands
+from evoharness_cli.cli_teachers import teacher_app
+from evoharness_cli.cli_training import evaluate_command, grpo_command, sft_command
 from warehouse import Warehouse, default_db_path
 
 app = typer.Typer(help="EvoHarness-RL distillation pipeline: teachers → warehouse → student.", no_args_is_help=True)
@@ -38,12 +38,13 @@ def games(
 
 
 COLLECT = defaults(CollectionConfig)  # the one declaration of the defaults: evoharness.collection
+COLLECT_MODE = Mode(COLLECT["mode"])
 
 
 @app.command("collect")
 def collect_command(
     teacher: Annotated[str, typer.Option(help="Registered teacher name.")] = COLLECT["teacher"],
-    mode: Annotated[Mode, typer.Option(help="bpe (workspace + meta-actions) or react.")] = Mode(COLLECT["mode"]),
+    mode: Annotated[Mode, typer.Option(help="bpe (workspace + meta-actions) or react.")] = COLLECT_MODE,
     split: Annotated[str, typer.Option(help=f"One of {', '.join(SPLITS)}.")] = COLLECT["split"],
     limit: Annotated[int | None, typer.Option(help="First N games of the split [default: all].")] = COLLECT["limit"],
     seed: Annotated[list[int] | None, typer.Option(help="Episode seed; repeat for more episodes per game. "
