@@ -1,5 +1,5 @@
-"""Students as model versions: ``sft_student`` (TRL SFT on the teacher's newest dataset) and ``grpo_student``
-(TRL GRPO with multi-turn rollouts from that SFT version)."""
+"""Students as model versions: ``sft_student`` (TRL SFT on the dataset that ``sft_dataset`` materialized) and
+``grpo_student`` (TRL GRPO with multi-turn rollouts from that SFT version), inputs named by id."""
 
 
 

@@ -92,7 +92,7 @@ def test_dagster_grpo_student_registers_a_model_version(curated_db: Path, tmp_pa
         result = dg.materialize(
             [at.sft_student, at.grpo_student], instance=instance, partition_key="expert", resources=resources,
             run_config={"ops": {
-                "sft_student": {"config": {"max_steps": 2, "max_length": 1024}},
+                "sft_student": {"config": {"max_steps": 2, "max_length": 1024, "dataset_id": "sft-expert@v1"}},
                 "grpo_student": {"config": {"games_limit": 2, "games_per_step": 1, "num_generations": 2,
                                             "max_steps": 1, "episode_steps": 2, "max_new_tokens": 8,
                                             "call_cost": 0.05}},
