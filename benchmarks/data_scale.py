@@ -132,7 +132,9 @@ def main() -> None:
     args = parser.parse_args()
     args.db.parent.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = json.loads(args.out.read_text()) if args.out.exists() else {}
-    report |= {"command": "python benchmarks/data_scale.py " + " ".join(sys.argv[1:]), "machine": platform.platform(),
+    this_run = "python benchmarks/data_scale.py " + " ".join(sys.argv[1:])
+    report["runs"] = [*report.get("runs", [report["command"]] if "command" in report else []), this_run]
+    report |= {"command": "python benchmarks/data_scale.py (phases resumed: see runs)", "machine": platform.platform(),
                "cpus": os.cpu_count(), "games": args.games, "seeds": args.seeds,
                "planned_episodes": args.games * args.seeds}
     phases = {"collect": lambda: phase_collect(args.db, args.games, args.seeds, args.chunk_games),
