@@ -134,7 +134,7 @@ def main() -> None:
     report: dict[str, Any] = json.loads(args.out.read_text()) if args.out.exists() else {}
     this_run = "python benchmarks/data_scale.py " + " ".join(sys.argv[1:])
     report["runs"] = [*report.get("runs", [report["command"]] if "command" in report else []), this_run]
-    report |= {"command": "python benchmarks/data_scale.py (phases resumed: see runs)", "machine": platform.platform(),
+    report |= {"command": " && ".join(report["runs"]), "machine": platform.platform(),
                "cpus": os.cpu_count(), "games": args.games, "seeds": args.seeds,
                "planned_episodes": args.games * args.seeds}
     phases = {"collect": lambda: phase_collect(args.db, args.games, args.seeds, args.chunk_games),
