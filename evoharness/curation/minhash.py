@@ -72,20 +72,23 @@ def near_duplicates(games: Sequence[str], commands: pl.Series, threshold: float)
     if n == 0:
         return dropped
     frame = shingles(commands)
-    keys = band_keys(signatures(frame, n))
+    keys = band_keys(signatures(frame, n)).tolist()
     grouped = frame.group_by("row").agg(pl.col("shingle").unique()).sort("row")
-    sets: list[set[int]] = [set(s) for s in grouped["shingle"].to_list()]
-    buckets: dict[tuple[str, int, int], list[int]] = {}
+    sets: list[frozenset[int]] = [frozenset(s) for s in grouped["shingle"].to_list()]
+    game_index: dict[str, int] = {}
+    games_i = [game_index.setdefault(g, len(game_index)) for g in games]
+    buckets: dict[tuple[int, int, int], list[int]] = {}
     for i in range(n):
-        own = [(games[i], b, int(keys[i, b])) for b in range(BANDS)]
+        own = [(games_i[i], b, key) for b, key in enumerate(keys[i])]
+        mine, size = sets[i], len(sets[i])
         seen: set[int] = set()
         for key in own:
             for j in buckets.get(key, ()):
                 if j in seen:
                     continue
                 seen.add(j)
-                union = len(sets[i] | sets[j])
-                if (len(sets[i] & sets[j]) / union if union else 1.0) >= threshold:
+                common = len(mine & sets[j])
+                if common / (size + len(sets[j]) - common) >= threshold:
                     dropped[i] = True
                     break
             if dropped[i]:
