@@ -10,28 +10,37 @@ warehouse opened only around short reads and writes. The blocking check gates ev
 import dagster as dg
 from pydantic import Field
 
+from assets.lineage import ASSET_CODE_VERSION, id_metadata
 from evoharness.consolidation.audit import quality_gate
 from evoharness.consolidation.config import ConsolidationConfig, LLMSettings, QualityThresholds
 from evoharness.consolidation.pipeline import consolidate
 from evoharness.reporting.charts import bar_chart_png, markdown_image, markdown_table
+from evoharness.stage_config import defaults
 from pipelines.partitions import teacher_partitions
 from pipelines.resources import AlfworldResource, WarehouseResource
 from warehouse import Warehouse
 
+DEFAULTS = defaults(ConsolidationConfig)  # the one declaration of the defaults: consolidation.config
+LLM_DEFAULTS = defaults(LLMSettings)
+
 
 class ConsolidationRunConfig(dg.Config):
-    """Run config of a consolidation."""
+    """Run config of a consolidation (defaults: ConsolidationConfig and its LLMSettings)."""
 
-    consolidator: str = Field(default="rule", description="rule (offline default) or llm.")
-    splits: list[str] = Field(default=["train"], description="Source splits.")
-    limit: int | None = Field(default=None, description="At most N source episodes.")
-    engine: str | None = Field(default=None, description="Replay engine (None: library default).")
-    workers: int | None = Field(default=None, description="Replay worker processes (None: by engine).")
-    concurrency: int = Field(default=4, description="Episodes in flight.")
-    batch_size: int = Field(default=25, description="Episodes per bank batch.")
-    reconsolidate: bool = Field(default=False, description="Redo episodes already consolidated.")
-    llm_teacher: str = Field(default="consolidator", description="LLM consolidator: registered teacher name.")
-    llm_max_attempts: int = Field(default=3, description="LLM calls per episode before it fails.")
+    consolidator: str = Field(default=DEFAULTS["consolidator"], description="rule (offline default) or llm.")
+    splits: list[str] = Field(default=DEFAULTS["splits"], description="Source splits.")
+    limit: int | None = Field(default=DEFAULTS["limit"], description="At most N source episodes.")
+    engine: str | None = Field(default=DEFAULTS["engine"], description="Replay engine (None: library default).")
+    workers: int | None = Field(default=DEFAULTS["workers"], description="Replay worker processes (None: by "
+                                "engine).")
+    concurrency: int = Field(default=DEFAULTS["concurrency"], description="Episodes in flight.")
+    batch_size: int = Field(default=DEFAULTS["batch_size"], description="Episodes per bank batch.")
+    reconsolidate: bool = Field(default=DEFAULTS["reconsolidate"], description="Redo episodes already "
+                                "consolidated.")
+    llm_teacher: str = Field(default=LLM_DEFAULTS["teacher"], description="LLM consolidator: registered teacher "
+                             "name.")
+    llm_max_attempts: int = Field(default=LLM_DEFAULTS["max_attempts"], description="LLM calls per episode before "
+                                  "it fails.")
 
 
 def _consolidator(config: ConsolidationRunConfig, settings: LLMSettings):  # type: ignore[no-untyped-def]
@@ -49,6 +58,8 @@ def _consolidator(config: ConsolidationRunConfig, settings: LLMSettings):  # typ
     partitions_def=teacher_partitions,
     deps=["teacher_episodes"],
     group_name="consolidation",
+    code_version=ASSET_CODE_VERSION,
+    kinds={"python", "duckdb"},
     description="Per-turn BPE training examples with Belief/Progress/Experience JSON, audit rows and bank versions.",
 )
 def bpe_examples(
@@ -71,8 +82,13 @@ def bpe_examples(
     with Warehouse(db_path) as wh:
         columns, rows = wh.query("audit_quality_for", teacher=teacher, consolidator=config.consolidator)
         _, kinds = wh.query("consolidation_kind_counts", teacher=teacher, consolidator=config.consolidator)
+        run = wh.con.execute("SELECT model, prompt_sha, bank_id, bank_version, new_bank_version, code_version "
+                             "FROM consolidation_runs WHERE consolidation_run_id = ?",
+                             [result.consolidation_run_id]).fetchone()
     metrics = dict(zip(columns, rows[0])) if rows else {}
-    metadata: dict[str, dg.MetadataValue] = {
+    lineage = dict(zip(("consolidator_model", "consolidator_prompt_sha", "bank_id", "bank_version_used",
+                        "new_bank_version", "code_version"), run or ()))
+    metadata: dict[str, dg.MetadataValue] = id_metadata(lineage | {"run_id": context.run.run_id}) | {
         "consolidator": dg.MetadataValue.text(config.consolidator),
         "consolidation_run_id": dg.MetadataValue.text(result.consolidation_run_id),
         "episodes_planned": dg.MetadataValue.int(result.planned),
@@ -101,14 +117,13 @@ def bpe_examples(
 def bpe_examples_quality(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource) -> dg.AssetCheckResult:
     teacher = context.partition_key if context.has_partition_key else "expert"
     thresholds = QualityThresholds()
+    consolidator = _materialized_consolidator(context)  # the consolidator the checked materialization used
+    if consolidator is None:
+        return dg.AssetCheckResult(passed=False, metadata={"reason": dg.MetadataValue.text("no consolidation")})
     with warehouse.open() as wh:
-        row = wh.con.execute("SELECT consolidator FROM consolidation_runs WHERE teacher = ? "
-                             "ORDER BY started_at DESC LIMIT 1", [teacher]).fetchone()
-        if row is None:
-            return dg.AssetCheckResult(passed=False, metadata={"reason": dg.MetadataValue.text("no consolidation")})
-        gate = quality_gate(wh, teacher, row[0], thresholds)
+        gate = quality_gate(wh, teacher, consolidator, thresholds)
     metadata: dict[str, dg.MetadataValue] = {
-        "consolidator": dg.MetadataValue.text(row[0]),
+        "consolidator": dg.MetadataValue.text(consolidator),
         "failures": dg.MetadataValue.text("; ".join(gate.failures) or "none"),
         "thresholds": dg.MetadataValue.json(thresholds.model_dump()),
     }
@@ -116,3 +131,15 @@ def bpe_examples_quality(context: dg.AssetCheckExecutionContext, warehouse: Ware
         if value is not None:
             metadata[name] = dg.MetadataValue.float(float(value))
     return dg.AssetCheckResult(passed=gate.passed, metadata=metadata)
+
+
+def _materialized_consolidator(context: dg.AssetCheckExecutionContext) -> str | None:
+    """The consolidator named in the metadata of this partition's latest ``bpe_examples`` materialization."""
+    records = context.instance.fetch_materializations(dg.AssetRecordsFilter(
+        asset_key=bpe_examples.key, asset_partitions=[context.partition_key] if context.has_partition_key else None,
+    ), limit=1).records
+    for record in records:
+        materialization = record.asset_materialization
+        if materialization is not None and "consolidator" in materialization.metadata:
+            return str(materialization.metadata["consolidator"].value)
+    return None

@@ -1,42 +1,51 @@
 """``sft_dataset``: a curated Hugging Face SFT dataset from a teacher's consolidated examples."""
 
-
+import json
 
 import dagster as dg
 from pydantic import Field
 
+from assets.lineage import ASSET_CODE_VERSION, id_metadata
 from evoharness.consolidation.audit import quality_gate
 from evoharness.consolidation.config import QualityThresholds
-from evoharness.curation.build import curate, newest_dataset
+from evoharness.curation.build import curate
 from evoharness.curation.config import CurationConfig
 from evoharness.reporting.charts import bar_chart_png, markdown_image, markdown_table
+from evoharness.stage_config import defaults
 from pipelines.partitions import teacher_partitions
 from pipelines.resources import WarehouseResource
 
+DEFAULTS = defaults(CurationConfig)  # the one declaration of the defaults: curation.config
+
 
 class CurationRunConfig(dg.Config):
-    """Run config of a curation."""
+    """Run config of a curation (defaults: CurationConfig)."""
 
-    name: str = Field(default="sft", description="Dataset name.")
-    consolidator: str = Field(default="rule", description="Whose examples: rule or llm.")
-    max_tokens: int = Field(default=4096, description="Token limit per example.")
-    tokenizer: str | None = Field(default=None, description="HF tokenizer path (None: bytes/4 estimate).")
-    validation_fraction: float = Field(default=0.1, description="Share of games held out, by game.")
-    balance_factor: float = Field(default=1.5, description="Cap per task type: factor × rarest type count.")
-    output_dir: str | None = Field(default=None, description="None: <warehouse folder>/datasets.")
+    name: str | None = Field(default=DEFAULTS["name"], description="Dataset name (None: sft-<teacher>).")
+    consolidator: str = Field(default=DEFAULTS["consolidator"], description="Whose examples: rule or llm.")
+    max_tokens: int = Field(default=DEFAULTS["max_tokens"], description="Token limit per example.")
+    tokenizer: str | None = Field(default=DEFAULTS["tokenizer"], description="HF tokenizer path (None: bytes/4 "
+                                  "estimate).")
+    validation_fraction: float = Field(default=DEFAULTS["validation_fraction"], description="Share of games held "
+                                       "out, by game.")
+    balance_factor: float = Field(default=DEFAULTS["balance_factor"], description="Cap per task type: factor × "
+                                  "rarest type count.")
+    output_dir: str | None = Field(default=DEFAULTS["output_dir"], description="None: <warehouse folder>/datasets.")
 
 
 @dg.asset(
     partitions_def=teacher_partitions,
     deps=["bpe_examples"],
     group_name="curation",
+    code_version=ASSET_CODE_VERSION,
+    kinds={"python", "duckdb", "polars"},
     description="Success-filtered, quality-gated, deduplicated, task-balanced SFT dataset (train games only).",
 )
 def sft_dataset(context: dg.AssetExecutionContext, config: CurationRunConfig,
                 warehouse: WarehouseResource) -> dg.MaterializeResult:
     teacher = context.partition_key
     curation = CurationConfig(
-        name=f"{config.name}-{teacher}", teacher=teacher, consolidator=config.consolidator,
+        name=config.name, teacher=teacher, consolidator=config.consolidator,
         max_tokens=config.max_tokens, tokenizer=config.tokenizer, validation_fraction=config.validation_fraction,
         balance_factor=config.balance_factor, output_dir=config.output_dir,
     )
@@ -45,10 +54,14 @@ def sft_dataset(context: dg.AssetExecutionContext, config: CurationRunConfig,
         if not gate.passed:
             raise dg.Failure(f"quality gate failed for {teacher}/{config.consolidator}: {'; '.join(gate.failures)}")
         result = curate(wh, curation, context.run.run_id)
+        row = wh.con.execute("SELECT consolidation_runs, n_episodes, code_version, run_id FROM datasets "
+                             "WHERE dataset_id = ?", [result.dataset_id]).fetchone()
     by_type = result.composition.get("task_type", {})
     chart = bar_chart_png(list(by_type), [float(v) for v in by_type.values()],
                           f"{result.dataset_id}: examples by task type", "examples") if by_type else None
-    metadata: dict[str, dg.MetadataValue] = {
+    lineage = {"consolidation_runs": json.loads(row[0]), "source_episodes": row[1], "code_version": row[2],
+               "curation_run_id": row[3]} if row else {}
+    metadata: dict[str, dg.MetadataValue] = id_metadata(lineage) | {
         "dataset_id": dg.MetadataValue.text(result.dataset_id),
         "path": dg.MetadataValue.path(result.path),
         "train_examples": dg.MetadataValue.int(result.n_train),
@@ -72,12 +85,11 @@ def sft_dataset_no_eval_games(context: dg.AssetCheckExecutionContext,
                               warehouse: WarehouseResource) -> dg.AssetCheckResult:
     import datasets
 
-    teacher = context.partition_key if context.has_partition_key else "expert"
+    dataset_id = _materialized_dataset(context)  # the dataset the checked materialization produced
+    if dataset_id is None:
+        return dg.AssetCheckResult(passed=False, metadata={"reason": dg.MetadataValue.text("no dataset")})
     with warehouse.open() as wh:
-        try:
-            dataset_id, path = newest_dataset(wh, teacher)
-        except LookupError:
-            return dg.AssetCheckResult(passed=False, metadata={"reason": dg.MetadataValue.text("no dataset")})
+        path = wh.scalar("SELECT path FROM datasets WHERE dataset_id = ?", [dataset_id])
         loaded = datasets.load_from_disk(path)
         on_disk = sorted({g for part in loaded.values() for g in part["game_id"]})
         splits = dict(wh.con.execute("SELECT game_id, split FROM games WHERE list_contains(?, game_id)",
@@ -90,3 +102,15 @@ def sft_dataset_no_eval_games(context: dg.AssetCheckExecutionContext,
                   "non_train_games_on_disk": dg.MetadataValue.int(len(leaks)),
                   "curation_leaks_rows": dg.MetadataValue.int(int(leaks_sql))},
     )
+
+
+def _materialized_dataset(context: dg.AssetCheckExecutionContext) -> str | None:
+    """The ``dataset_id`` in the metadata of this partition's latest ``sft_dataset`` materialization."""
+    records = context.instance.fetch_materializations(dg.AssetRecordsFilter(
+        asset_key=sft_dataset.key, asset_partitions=[context.partition_key] if context.has_partition_key else None,
+    ), limit=1).records
+    for record in records:
+        materialization = record.asset_materialization
+        if materialization is not None and "dataset_id" in materialization.metadata:
+            return str(materialization.metadata["dataset_id"].value)
+    return None

@@ -5,34 +5,43 @@
 import dagster as dg
 from pydantic import Field
 
+from assets.lineage import ASSET_CODE_VERSION, collection_lineage
 from evoharness.collection import CollectionConfig, CollectionConfigError, collect
 from evoharness.envs.alfworld.catalog import SPLITS
 from evoharness.harness.prompts import Mode
 from evoharness.reporting.charts import bar_chart_png, markdown_image, markdown_table
+from evoharness.stage_config import defaults
 from evoharness.teachers.preflight import PreflightError
 from pipelines.partitions import teacher_partitions
 from pipelines.resources import AlfworldResource, WarehouseResource
 
+DEFAULTS = defaults(CollectionConfig)  # the one declaration of the defaults: evoharness.collection
+
 
 class CollectionRunConfig(dg.Config):
-    """Run config of a collection: which games, how, and how much in parallel."""
+    """Run config of a collection: which games, how, and how much in parallel (defaults: CollectionConfig)."""
 
-    split: str = Field(default="train", description=f"One of {', '.join(SPLITS)}.")
-    limit: int | None = Field(default=12, description="First N games of the split (None: all).")
-    mode: str = Field(default="bpe", description="bpe or react.")
-    seeds: list[int] = Field(default=[0], description="One episode per game and seed.")
-    max_steps: int = Field(default=70, description="Step budget per episode.")
-    meta_action_cost: int = Field(default=1, description="Steps one meta-action costs.")
-    workers: int | None = Field(default=None, description="Environment worker processes (None: by engine).")
-    concurrency: int = Field(default=8, description="Episodes in flight.")
-    engine: str | None = Field(default=None, description="textworld or fast (None: library default).")
-    bank_version: int | None = Field(default=None, description="bpe mode: frozen Experience bank version "
-                                     "to recall from (None: the seed bank).")
-    max_spend_usd: float | None = Field(default=None, description="Stop starting episodes once this run has spent "
-                                        "this many USD (the teacher's registry cap applies as well).")
-    max_consecutive_failures: int = Field(default=5, description="Stop after this many calls in a row failed to "
-                                          "connect, authenticate or find the model.")
-    preflight: bool = Field(default=True, description="One real call checks an API teacher before fanning out.")
+    split: str = Field(default=DEFAULTS["split"], description=f"One of {', '.join(SPLITS)}.")
+    limit: int | None = Field(default=DEFAULTS["limit"], description="First N games of the split (None: all).")
+    mode: str = Field(default=DEFAULTS["mode"], description="bpe or react.")
+    seeds: list[int] = Field(default=DEFAULTS["seeds"], description="One episode per game and seed.")
+    max_steps: int = Field(default=DEFAULTS["max_steps"], description="Step budget per episode.")
+    meta_action_cost: int = Field(default=DEFAULTS["meta_action_cost"], description="Steps one meta-action costs.")
+    workers: int | None = Field(default=DEFAULTS["workers"], description="Environment worker processes (None: "
+                                "by engine).")
+    concurrency: int | None = Field(default=DEFAULTS["concurrency"], description="Episodes in flight (None: the "
+                                    "teacher's max_concurrency, which also caps it).")
+    engine: str | None = Field(default=DEFAULTS["engine"], description="textworld or fast (None: library default).")
+    bank_version: int | None = Field(default=DEFAULTS["bank_version"], description="bpe mode: frozen Experience "
+                                     "bank version to recall from (None: the seed bank).")
+    max_spend_usd: float | None = Field(default=DEFAULTS["max_spend_usd"], description="Stop starting episodes "
+                                        "once this run has spent this many USD (the teacher's registry cap "
+                                        "applies as well).")
+    max_consecutive_failures: int = Field(default=DEFAULTS["max_consecutive_failures"], description="Stop after "
+                                          "this many calls in a row failed to connect, authenticate or find the "
+                                          "model.")
+    preflight: bool = Field(default=DEFAULTS["preflight"], description="One real call checks an API teacher "
+                            "before fanning out.")
 
 
 def collection_config(teacher: str, config: CollectionRunConfig, data_root: str | None) -> CollectionConfig:
@@ -61,6 +70,8 @@ def collection_config(teacher: str, config: CollectionRunConfig, data_root: str 
     partitions_def=teacher_partitions,
     deps=["alfworld_games"],
     group_name="collection",
+    code_version=ASSET_CODE_VERSION,
+    kinds={"python", "duckdb"},
     description="Episodes, steps and harness calls of one teacher, written to the warehouse (resumable).",
 )
 def teacher_episodes(
@@ -96,7 +107,7 @@ def teacher_episodes(
         [row[0] for row in per_type], [float(row[4]) for row in per_type],
         f"{teacher} / {config.mode} / {config.split}: success by task type", "success rate", (0, 1.05),
     ) if per_type else None
-    metadata: dict[str, dg.MetadataValue] = {
+    metadata: dict[str, dg.MetadataValue] = collection_lineage(result, context.run.run_id) | {
         "episodes_planned": dg.MetadataValue.int(result.planned),
         "episodes_skipped_already_stored": dg.MetadataValue.int(result.skipped),
         "episodes_written": dg.MetadataValue.int(result.written),

@@ -5,32 +5,42 @@
 import dagster as dg
 from pydantic import Field
 
-from evoharness.evaluation.run import EVAL_SPLITS, EvaluationConfig, evaluate
+from assets.lineage import ASSET_CODE_VERSION, collection_lineage, id_metadata
+from evoharness.evaluation.run import EvaluationConfig, evaluate
 from evoharness.harness.prompts import Mode
 from evoharness.reporting.charts import bar_chart_png, markdown_image, markdown_table
+from evoharness.stage_config import defaults
 from pipelines.partitions import model_version_partitions
 from pipelines.resources import AlfworldResource, WarehouseResource
 
+DEFAULTS = defaults(EvaluationConfig)  # the one declaration of the defaults: evaluation.run
+
 
 class EvaluationRunConfig(dg.Config):
-    """Run config of an evaluation (defaults: both full evaluation splits, greedy decoding, 70 steps)."""
+    """Run config of an evaluation (defaults: EvaluationConfig — both full evaluation splits, greedy decoding)."""
 
-    splits: list[str] = Field(default=list(EVAL_SPLITS), description="Evaluation splits.")
-    limit: int | None = Field(default=None, description="First N games per split (None: the full split).")
-    mode: str | None = Field(default=None, description="bpe or react (None: the mode the student trained in).")
-    max_steps: int = Field(default=70, description="Step budget per episode.")
-    max_tokens: int = Field(default=128, description="Completion tokens per turn.")
-    temperature: float | None = Field(default=None, description="None: greedy.")
-    concurrency: int = Field(default=16, description="Episodes in flight (their turns generate as one batch).")
-    constrain_actions: bool = Field(default=True, description="Decode actions constrained to the admissible "
-                                    "commands and meta-actions.")
-    engine: str | None = Field(default=None, description="textworld or fast (None: library default).")
+    splits: list[str] = Field(default=DEFAULTS["splits"], description="Evaluation splits.")
+    limit: int | None = Field(default=DEFAULTS["limit"], description="First N games per split (None: the full "
+                              "split).")
+    mode: str | None = Field(default=DEFAULTS["mode"], description="bpe or react (None: the mode the student "
+                             "trained in).")
+    max_steps: int = Field(default=DEFAULTS["max_steps"], description="Step budget per episode.")
+    max_tokens: int = Field(default=DEFAULTS["max_tokens"], description="Completion tokens per turn.")
+    temperature: float | None = Field(default=DEFAULTS["temperature"], description="None: greedy.")
+    concurrency: int = Field(default=DEFAULTS["concurrency"], description="Episodes in flight (their turns "
+                             "generate as one batch).")
+    constrain_actions: bool = Field(default=DEFAULTS["constrain_actions"], description="Decode actions "
+                                    "constrained to the admissible commands and meta-actions.")
+    engine: str | None = Field(default=DEFAULTS["engine"], description="textworld or fast (None: library "
+                               "default).")
 
 
 @dg.asset(
     partitions_def=model_version_partitions,
     deps=[dg.AssetDep(key, partition_mapping=dg.AllPartitionMapping()) for key in ("sft_student", "grpo_student")],
     group_name="evaluation",
+    code_version=ASSET_CODE_VERSION,
+    kinds={"pytorch", "duckdb"},
     description="Success per split and task type, steps, harness calls, invalid turns and tokens of one model "
                 "version, beside the teacher it was distilled from (policy_evaluation view).",
 )
@@ -49,10 +59,14 @@ def student_evaluation(context: dg.AssetExecutionContext, config: EvaluationRunC
 
     with warehouse.open() as wh:
         result = evaluate(wh, evaluation, context.run.run_id, on_progress=on_progress)
+        trained = wh.con.execute("SELECT teacher, stage, dataset_id, parent_version FROM model_versions "
+                                 "WHERE model_version = ?", [context.partition_key]).fetchone()
     index = {c: i for i, c in enumerate(result.columns)}
     student_rows = [r for r in result.rows
                     if r[index["policy"]] == result.model_version and r[index["task_type"]] != "ALL"]
-    metadata: dict[str, dg.MetadataValue] = {
+    played = next(iter(result.by_split.values()), None)
+    metadata: dict[str, dg.MetadataValue] = (collection_lineage(played, context.run.run_id) if played else {}) | \
+        id_metadata(dict(zip(("distilled_from", "stage", "dataset_id", "parent_version"), trained or ()))) | {
         "evaluation": dg.MetadataValue.md(markdown_table(result.columns, result.rows)),
         "episodes_written": dg.MetadataValue.int(sum(r.written for r in result.by_split.values())),
     }

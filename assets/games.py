@@ -3,11 +3,12 @@
 
 import dagster as dg
 
+from assets.lineage import ASSET_CODE_VERSION
 from evoharness.reporting.charts import markdown_table
 from pipelines.resources import AlfworldResource, WarehouseResource
 
 
-@dg.asset(group_name="collection", description="Every ALFWorld game of the data folder, with split and task type.")
+@dg.asset(group_name="collection", code_version=ASSET_CODE_VERSION, kinds={"python", "duckdb"}, description="Every ALFWorld game of the data folder, with split and task type.")
 def alfworld_games(
     context: dg.AssetExecutionContext, alfworld: AlfworldResource, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:

@@ -1,16 +1,16 @@
-"""Students as model versions: ``sft_student`` (TRL SFT on the teacher's newest dataset) and ``grpo_student``
-(TRL GRPO with multi-turn rollouts from that SFT version)."""
+"""Students as model versions: ``sft_student`` (TRL SFT on the dataset that ``sft_dataset`` materialized) and
+``grpo_student`` (TRL GRPO with multi-turn rollouts from that SFT version), inputs named by id."""
 
 
 
 import dagster as dg
 from pydantic import Field
 
+from assets.lineage import ASSET_CODE_VERSION, id_metadata, required_upstream
 from evoharness.reporting.charts import line_chart_png, markdown_image, markdown_table
 from evoharness.training.grpo import GRPOSettings
 from evoharness.training.model_versions import (
     ModelVersion,
-    newest_sft_version,
     train_grpo_version,
     train_sft_version,
 )
@@ -35,16 +35,21 @@ class SFTRunConfig(dg.Config):
     max_steps: int | None = Field(default=None, description="Stop after this many optimizer steps.")
     bf16: bool | None = Field(default=None, description="bf16 mixed precision (GPU).")
     seed: int = 0
+    dataset_id: str | None = Field(default=None, description="Dataset to train on (None: the one sft_dataset "
+                                   "materialized for this partition, read from its metadata).")
 
     def settings(self, default_base: str) -> SFTSettings:
-        return SFTSettings.for_base(**(self.model_dump() | {"base_model": self.base_model or default_base}))
+        return SFTSettings.for_base(**(self.model_dump(exclude={"dataset_id"})
+                                       | {"base_model": self.base_model or default_base}))
 
 
 @dg.asset(
     partitions_def=teacher_partitions,
     deps=["sft_dataset"],
     group_name="training",
-    description="SFT student of the teacher's newest curated dataset (TRL SFTTrainer, loss on the assistant turn); "
+    code_version=ASSET_CODE_VERSION,
+    kinds={"pytorch", "duckdb"},
+    description="SFT student of the dataset sft_dataset materialized for this teacher (TRL SFTTrainer, loss on the assistant turn); "
                 "one model version per (dataset, settings), reused when asked again.",
     check_specs=[dg.AssetCheckSpec(
         "sft_student_learned", asset="sft_student", blocking=True,
@@ -53,7 +58,6 @@ class SFTRunConfig(dg.Config):
 )
 def sft_student(context: dg.AssetExecutionContext, config: SFTRunConfig, warehouse: WarehouseResource,
                 students: StudentResource) -> dg.MaterializeResult:
-    teacher = context.partition_key
     settings = config.settings(students.base())
 
     def on_log(logs: dict[str, float], step: int, max_steps: int) -> None:
@@ -61,8 +65,9 @@ def sft_student(context: dg.AssetExecutionContext, config: SFTRunConfig, warehou
         if shown:
             context.log.info("step %d/%d %s", step, max_steps, shown)
 
+    dataset_id = required_upstream(context, "sft_dataset", "dataset_id", config.dataset_id)
     with warehouse.open() as wh:
-        version = train_sft_version(wh, teacher, settings, students.models_root(wh), context.run.run_id,
+        version = train_sft_version(wh, dataset_id, settings, students.models_root(wh), context.run.run_id,
                                     on_log=on_log)
     register_model_version(context.instance, version.model_version)
     row = version.row
@@ -82,7 +87,8 @@ def version_metadata(version: ModelVersion) -> dict[str, dg.MetadataValue]:
         "steps": dg.MetadataValue.int(summary["steps"]),
         "parameters": dg.MetadataValue.int(summary["parameters"]),
         "summary": dg.MetadataValue.md(markdown_table(["field", "value"], list(summary.items()))),
-    }
+    } | id_metadata({key: version.row.get(key) for key in ("teacher", "dataset_id", "parent_version", "base_model",
+                                                             "code_version", "run_id")})
     for key in ("train_loss", "eval_loss"):
         if summary[key] is not None:
             metadata[key] = dg.MetadataValue.float(summary[key])
@@ -104,7 +110,8 @@ class GRPORunConfig(dg.Config):
     """Run config of GRPO. Unset fields take the preset of the student's base (the paper's settings for a hub
     model; small groups and short episodes for the tiny student)."""
 
-    parent_version: str | None = Field(default=None, description="SFT version to start from (None: the newest).")
+    parent_version: str | None = Field(default=None, description="SFT version to start from (None: the one "
+                                       "sft_student materialized for this partition, read from its metadata).")
     games_per_step: int | None = Field(default=None, description="Train games per optimizer step.")
     num_generations: int | None = Field(default=None, description="Episodes per game (the group).")
     games_limit: int | None = Field(default=None, description="Train games to draw from (None: all).")
@@ -125,6 +132,8 @@ class GRPORunConfig(dg.Config):
     partitions_def=teacher_partitions,
     deps=["sft_student"],
     group_name="training",
+    code_version=ASSET_CODE_VERSION,
+    kinds={"pytorch", "duckdb"},
     description="GRPO from the teacher's SFT student: multi-turn rollouts in the environment, cost-aware reward "
                 "(each term logged), one sample per turn with its trajectory's group-normalized advantage.",
     check_specs=[dg.AssetCheckSpec(
@@ -133,16 +142,14 @@ class GRPORunConfig(dg.Config):
 )
 def grpo_student(context: dg.AssetExecutionContext, config: GRPORunConfig, alfworld: AlfworldResource,
                  warehouse: WarehouseResource, students: StudentResource) -> dg.MaterializeResult:
-    teacher = context.partition_key
-
     def on_log(logs: dict[str, float], step: int, max_steps: int) -> None:
         keys = ("reward", "episode/success", "episode/harness_calls", "loss", "kl")
         shown = {k: round(logs[k], 4) for k in keys if k in logs}
         if shown:
             context.log.info("step %d/%d %s", step, max_steps, shown)
 
+    parent = required_upstream(context, "sft_student", "model_version", config.parent_version)
     with warehouse.open() as wh:
-        parent = config.parent_version or newest_sft_version(wh, teacher)
         base = wh.scalar("SELECT base_model FROM model_versions WHERE model_version = ?", [parent])
         settings = GRPOSettings.for_base(base, **config.model_dump(exclude={"parent_version", "engine"}))
         version = train_grpo_version(wh, parent, settings, students.models_root(wh), context.run.run_id,

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Self
 
 from evoharness.agents.records import EpisodeRecord, EpisodeSpec
+from evoharness.agents.rows import PolicyKind, episode_row, step_rows
 from evoharness.agents.runner import RunSettings, run_episodes
 from evoharness.consolidation.bank import load_bank
 from evoharness.envs.alfworld import SEED_BANK, GameCatalog
@@ -30,7 +31,7 @@ from evoharness.teachers.base import Policy
 from evoharness.teachers.clients.base import aclose_client
 from evoharness.teachers.factory import build_policy
 from evoharness.teachers.preflight import PreflightError, PreflightResult, check, needs_preflight
-from evoharness.teachers.registry import Provider, TeacherRegistry, TeacherSpec, upsert_warehouse
+from evoharness.teachers.registry import Provider, TeacherRegistry, TeacherSpec, reconcile_warehouse
 from warehouse import Warehouse, load_query
 
 
@@ -40,7 +41,7 @@ class CollectionConfig:
 
     teacher: str = "expert"
     mode: Mode = Mode.BPE
-    split: str = "valid_seen"
+    split: str = "train"
     limit: int | None = None
     seeds: tuple[int, ...] = (0,)
     max_steps: int = 70
@@ -97,6 +98,7 @@ class CollectionResult:
     stop_reason: str | None = None  # why the run stopped early (spend cap, circuit breaker)
     spent_usd: float | None = None  # this run, preflight included (None: the teacher has no prices)
     preflight: PreflightResult | None = None
+    lineage: dict[str, str | None] = field(default_factory=dict)  # who played, prompt, bank, code version
 
     @property
     def episodes_per_second(self) -> float | None:
@@ -185,8 +187,10 @@ class EpisodeWriter:
     DuckDB checkpoint) per episode.
     """
 
-    def __init__(self, warehouse: Warehouse, run_id: str, code_version: str) -> None:
+    def __init__(self, warehouse: Warehouse, run_id: str, code_version: str, model_version: str | None = None
+                 ) -> None:
         self.warehouse, self.run_id, self.code_version = warehouse, run_id, code_version
+        self.model_version = model_version
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="warehouse-writer")
         self._queued = 0
         self._lock = threading.Lock()
@@ -199,7 +203,9 @@ class EpisodeWriter:
 
     def _store(self, record: EpisodeRecord) -> bool:
         try:
-            return self.warehouse.write_episode(record, run_id=self.run_id, code_version=self.code_version)
+            kind: PolicyKind = "teacher" if self.model_version is None else "student"
+            row = episode_row(record, self.run_id, self.code_version, kind, self.model_version)
+            return self.warehouse.write_episode(row, step_rows(record))
         finally:
             with self._lock:
                 self._queued -= 1
@@ -220,15 +226,23 @@ def collect(
     run_id: str,
     on_progress: Callable[[int, int, EpisodeRecord], None] | None = None,
     registry: TeacherRegistry | None = None,
+    model_version: str | None = None,
 ) -> CollectionResult:
     """Run the episodes of ``config`` not yet finished in ``warehouse``; write each as it completes.
-    ``registry`` defaults to the teacher registry file; evaluation passes one holding a student."""
-    registry = registry or TeacherRegistry.load(config.teachers_file)
+
+    ``registry`` defaults to the teacher registry file, which the warehouse ``teachers`` table is reconciled
+    with. Evaluation passes a registry holding a student and its ``model_version``: the episodes are then
+    student episodes naming that version, and the ``teachers`` table is left alone (students are not teachers).
+    """
+    if registry is None:
+        registry = TeacherRegistry.load(config.teachers_file)
+        reconcile_warehouse(warehouse, registry)
+    elif model_version is None:
+        reconcile_warehouse(warehouse, registry, prune=False)
     teacher = registry.get(config.teacher)
     policy = build_policy(config.teacher, config.mode, registry)  # fails fast on a missing key
     bank = episode_bank(config, warehouse)
     specs = plan_episodes(config, bank)
-    upsert_warehouse(warehouse, [teacher])
     warehouse.upsert_games(spec.game.as_row() for spec in {s.game.game_id: s for s in specs}.values())
     done = warehouse.finished_episode_ids(config.teacher)
     guard = RunGuard(spend_caps(teacher, config, warehouse), config.max_consecutive_failures)
@@ -243,7 +257,7 @@ def collect(
     )
     checked: list[PreflightResult] = []
     counts = {"written": 0, "finished": 0}
-    writer = EpisodeWriter(warehouse, run_id=run_id, code_version=code_version())
+    writer = EpisodeWriter(warehouse, run_id=run_id, code_version=code_version(), model_version=model_version)
 
     async def write(record: EpisodeRecord) -> None:
         stored = await writer.write(record)
@@ -275,4 +289,8 @@ def collect(
         stop_reason=guard.stop_reason,
         spent_usd=guard.spent_usd if priced else None,
         preflight=checked[0] if checked else None,
+        lineage={"teacher": config.teacher, "policy_kind": "teacher" if model_version is None else "student",
+                 "model_version": model_version, "provider": teacher.provider.value, "model": teacher.model,
+                 "prompt_id": prompt_set.prompt_id, "prompt_sha": prompt_set.sha256,
+                 "bank": bank_label(bank) if config.mode is Mode.BPE else None, "code_version": code_version()},
     )

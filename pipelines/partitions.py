@@ -22,6 +22,16 @@ def register_teachers(instance: dg.DagsterInstance, names: tuple[str, ...] = DEF
     return new
 
 
+def reconcile_teachers(instance: dg.DagsterInstance, names: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """Make the teacher partitions exactly ``names`` (the registry, the truth); returns (added, removed)."""
+    existing = instance.get_dynamic_partitions(TEACHER_PARTITIONS_NAME)
+    added = register_teachers(instance, names)
+    removed = [name for name in existing if name not in names]
+    for name in removed:
+        instance.delete_dynamic_partition(TEACHER_PARTITIONS_NAME, name)
+    return added, removed
+
+
 def register_model_version(instance: dg.DagsterInstance, model_version: str) -> bool:
     """Add a trained model version's partition key (evaluation runs per version); True when it was new."""
     if instance.has_dynamic_partition(MODEL_VERSION_PARTITIONS_NAME, model_version):

@@ -22,6 +22,15 @@ class WarehouseResource(dg.ConfigurableResource):
     def open(self) -> Warehouse:
         return Warehouse(self.db_path())
 
+    def model_versions(self, lock_wait_s: float = 10.0) -> list[str]:
+        """Every trained model version, oldest first (read-only; ``[]`` before the warehouse exists)."""
+        path = self.db_path()
+        if not os.path.exists(path):
+            return []
+        with Warehouse(path, read_only=True, lock_wait_s=lock_wait_s) as wh:
+            return [r[0] for r in wh.con.execute(
+                "SELECT model_version FROM model_versions ORDER BY created_at, model_version").fetchall()]
+
 
 class AlfworldResource(dg.ConfigurableResource):
     """The ALFWorld data folder. ``data_root`` defaults to ``$ALFWORLD_DATA``."""

@@ -16,10 +16,16 @@ import json
 import time
 
 import dagster as dg
+import duckdb
 
 from evoharness.teachers.preflight import run_preflight
 from evoharness.teachers.registry import TeacherRegistry, TeacherSpec
-from pipelines.partitions import MODEL_VERSION_PARTITIONS_NAME, TEACHER_PARTITIONS_NAME, teacher_partitions
+from pipelines.partitions import (
+    MODEL_VERSION_PARTITIONS_NAME,
+    TEACHER_PARTITIONS_NAME,
+    model_version_partitions,
+    teacher_partitions,
+)
 from pipelines.resources import WarehouseResource
 from warehouse import Warehouse, WarehouseOpenError, load_query
 
@@ -101,6 +107,7 @@ def new_teacher_sensor(context: dg.SensorEvaluationContext, warehouse: Warehouse
     known = set(context.instance.get_dynamic_partitions(TEACHER_PARTITIONS_NAME))
     materialized = context.instance.get_materialized_partitions(TEACHER_EPISODES)
     missing = [spec.name for spec in registry if spec.name not in known]
+    stale = sorted(known - set(registry.names()))  # the registry is the truth: partitions are derived from it
     failed_at: dict[str, float] = json.loads(context.cursor) if context.cursor else {}
     requests, skipped = [], []
     for spec in registry:
@@ -117,7 +124,8 @@ def new_teacher_sensor(context: dg.SensorEvaluationContext, warehouse: Warehouse
             run_config=distillation_run_config(spec),
             tags={"teacher": spec.name, "teacher_provider": spec.provider.value},
         ))
-    partitions = [teacher_partitions.build_add_request(missing)] if missing else []
+    partitions = (([teacher_partitions.build_add_request(missing)] if missing else [])
+                  + ([teacher_partitions.build_delete_request(stale)] if stale else []))
     cursor = json.dumps(failed_at, sort_keys=True)
     if requests:
         for reason in skipped:
@@ -142,11 +150,21 @@ evaluate_student_job = dg.define_asset_job(
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Model versions without student_evaluation become evaluation runs of their partition.",
 )
-def new_model_version_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-    versions = context.instance.get_dynamic_partitions(MODEL_VERSION_PARTITIONS_NAME)
+def new_model_version_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource) -> dg.SensorResult:
+    """``model_versions`` is the truth for students: every version there (trained by Dagster or by
+    ``evoharness sft``/``grpo``) gets its partition and, until it has one, an evaluation run."""
+    try:
+        versions = warehouse.model_versions()
+    except (OSError, duckdb.Error, WarehouseOpenError) as exc:  # a writer holds it past the wait
+        return dg.SensorResult(skip_reason=f"warehouse not readable now: {str(exc).splitlines()[0]}")
+    known = set(context.instance.get_dynamic_partitions(MODEL_VERSION_PARTITIONS_NAME))
+    missing = [version for version in versions if version not in known]
     evaluated = context.instance.get_materialized_partitions(STUDENT_EVALUATION)
     requests = [dg.RunRequest(partition_key=version, run_key=version, tags={"model_version": version})
                 for version in versions if version not in evaluated]
-    if not requests:
+    if not requests and not missing:
         return dg.SensorResult(skip_reason="every model version has an evaluation")
-    return dg.SensorResult(run_requests=requests)
+    return dg.SensorResult(
+        run_requests=requests,
+        dynamic_partitions_requests=[model_version_partitions.build_add_request(missing)] if missing else [],
+    )

@@ -62,3 +62,9 @@ def curated_db(curated: tuple[Path, str], tmp_path: Path) -> Path:
     import shutil
 
     return Path(shutil.copy(curated[0], tmp_path / "curated.duckdb"))
+
+
+def subprocess_env() -> dict[str, str]:
+    """The environment for a child Python process: this checkout first on ``PYTHONPATH``, so the child runs
+    this worktree's code (not the installed copy)."""
+    return os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}

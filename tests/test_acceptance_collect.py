@@ -1,6 +1,5 @@
 """The foundation's acceptance run, end to end through the console script on the real engine."""
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -8,12 +7,14 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from tests.conftest import subprocess_env
+
 
 @pytest.mark.slow
 def test_collect_twice_on_the_real_engine(tmp_path: Path, alfworld_data: Path) -> None:
     db = tmp_path / "acc.duckdb"
-    env = os.environ | {"ALFWORLD_DATA": str(alfworld_data), "EVOHARNESS_DB": str(db), "COLUMNS": "200"}
-    command = [sys.executable, "-m", "evoharness.cli", "collect", "--teacher", "expert", "--mode", "bpe",
+    env = subprocess_env() | {"ALFWORLD_DATA": str(alfworld_data), "EVOHARNESS_DB": str(db), "COLUMNS": "200"}
+    command = [sys.executable, "-m", "evoharness_cli", "collect", "--teacher", "expert", "--mode", "bpe",
                "--split", "valid_seen", "--limit", "12", "--engine", "textworld"]
     first = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, check=False)
     assert first.returncode == 0, first.stderr

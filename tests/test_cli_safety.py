@@ -29,8 +29,8 @@ SPLIT = "valid_seen"
 
 
 def cli(*args: str, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    """``python -m evoharness.cli ARGS`` with the worktree's code first on the path."""
-    return subprocess.run([sys.executable, "-m", "evoharness.cli", *args], env=env, capture_output=True, text=True,
+    """``python -m evoharness_cli ARGS`` with the worktree's code first on the path."""
+    return subprocess.run([sys.executable, "-m", "evoharness_cli", *args], env=env, capture_output=True, text=True,
                           timeout=timeout, check=False)
 
 
@@ -212,7 +212,7 @@ def test_bad_input_is_one_clear_line(env: dict[str, str], tmp_path: Path) -> Non
 
 
 def test_progress_lines_when_not_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
-    from evoharness.cli_common import progress_reporter
+    from evoharness_cli.cli_common import progress_reporter
 
     with progress_reporter("GRPO steps", unit="steps", every_s=0.0) as update:
         update(1, 4, "reward 0.500")

@@ -1,6 +1,5 @@
 """Consolidation runs while a collection is writing to the same warehouse (collection never waits on it)."""
 
-import os
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ from evoharness.testing.alfworld_player import WalkthroughPlayer
 from evoharness.testing.loopback import LoopbackServer
 from evoharness.testing.serve import Delayed
 from evoharness.testing.teachers import loopback_teacher, write_registry
+from tests.conftest import subprocess_env
 from tests.test_consolidation import make_episodes
 from warehouse import Warehouse
 
@@ -24,10 +24,10 @@ def test_consolidation_runs_while_another_teacher_collects(tmp_path: Path, alfwo
     with LoopbackServer(player) as server:
         registry = write_registry(tmp_path / "teachers.yaml",
                                   loopback_teacher("slow", "openai_compatible", server, api_key_env=None))
-        env = os.environ | {"EVOHARNESS_DB": str(db), "EVOHARNESS_TEACHERS": str(registry),
+        env = subprocess_env() | {"EVOHARNESS_DB": str(db), "EVOHARNESS_TEACHERS": str(registry),
                             "ALFWORLD_DATA": str(alfworld_data)}
         collection = subprocess.Popen(
-            [sys.executable, "-m", "evoharness.cli", "collect", "--teacher", "slow", "--split", "valid_seen",
+            [sys.executable, "-m", "evoharness_cli", "collect", "--teacher", "slow", "--split", "valid_seen",
              "--limit", "6", "--concurrency", "2"],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )

@@ -133,3 +133,52 @@ def test_dagster_blocking_check_stops_curation(tmp_path: Path, alfworld_data: Pa
     assert materialized == {"bpe_examples"}  # sft_dataset never ran
     with Warehouse(db) as wh:
         assert wh.con.execute("SELECT count(*) FROM datasets").fetchone()[0] == 0
+
+
+def test_columnar_selection_chooses_what_todays_loops_choose(db: Path, tmp_path: Path) -> None:
+    """The columnar path (polars + MinHash LSH) and the reference (Python loops, all pairs) build the same data."""
+    from evoharness.curation.reference import curate_reference
+
+    with Warehouse(db) as wh:
+        columnar = curate(wh, CurationConfig(name="columnar", output_dir=str(tmp_path)), "c")
+        reference = curate_reference(wh, CurationConfig(name="reference", output_dir=str(tmp_path)), "r")
+        examples = {name: wh.con.execute("SELECT episode_id, turn, dataset_split, consolidation_run_id FROM "
+                                         "dataset_examples WHERE dataset_id = ? ORDER BY ALL", [d.dataset_id]).fetchall()
+                    for name, d in (("columnar", columnar), ("reference", reference))}
+        banks = wh.con.execute("SELECT DISTINCT bank_version FROM datasets WHERE name IN ('columnar', 'reference')"
+                               ).fetchall()
+    assert examples["columnar"] == examples["reference"] and examples["columnar"]
+    assert (columnar.n_train, columnar.n_validation) == (reference.n_train, reference.n_validation)
+    assert sum(columnar.dropped.values()) == sum(reference.dropped.values()) and len(banks) == 1
+    on_disk = [datasets.load_from_disk(d.path)["train"] for d in (columnar, reference)]
+    assert on_disk[0]["messages"] == on_disk[1]["messages"] and on_disk[0].column_names == on_disk[1].column_names
+
+
+def test_minhash_near_duplicates_match_all_pairs() -> None:
+    """Synthetic trajectories with known overlaps: LSH finds exactly the all-pairs near duplicates."""
+    import random
+
+    import polars as pl
+
+    from evoharness.curation.minhash import near_duplicates
+    from evoharness.curation.reference import _bigrams, jaccard
+
+    rng = random.Random(0)
+    vocabulary = [f"go to place {i}" for i in range(40)] + [f"take thing {i}" for i in range(40)]
+    games, commands = [], []
+    for game in range(30):
+        base = [rng.choice(vocabulary) for _ in range(25)]
+        for _ in range(12):
+            variant = list(base)
+            for _ in range(rng.choice([0, 0, 1, 2, 6, 12])):  # some near copies, some far
+                variant[rng.randrange(len(variant))] = rng.choice(vocabulary)
+            games.append(f"train/g{game}")
+            commands.append(variant)
+    expected, kept = [], []
+    for game, cmds in zip(games, commands, strict=True):  # the all-pairs greedy scan
+        dup = any(g == game and jaccard(_bigrams(cmds), _bigrams(c)) >= 0.9 for g, c in kept)
+        expected.append(dup)
+        if not dup:
+            kept.append((game, cmds))
+    found = near_duplicates(games, pl.Series(commands, dtype=pl.List(pl.String)), 0.9)
+    assert found.tolist() == expected and 0 < sum(expected) < len(expected)

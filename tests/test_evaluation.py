@@ -9,7 +9,7 @@ import pytest
 
 from evoharness.collection import CollectionConfig, collect
 from evoharness.evaluation.run import EvaluationConfig, evaluate
-from evoharness.training.model_versions import train_sft_version
+from evoharness.training.model_versions import teacher_datasets, train_sft_version
 from evoharness.training.sft import SFTSettings
 from warehouse import Warehouse
 
@@ -19,11 +19,13 @@ QUICK = {"splits": ("valid_seen",), "limit": 2, "max_steps": 3, "max_tokens": 16
 
 def test_student_plays_through_the_harness_and_reads_beside_its_teacher(curated_db: Path, tmp_path: Path) -> None:
     with Warehouse(curated_db) as wh:
-        version = train_sft_version(wh, "expert", TINY_TRAINING, tmp_path, "train")
+        version = train_sft_version(wh, teacher_datasets(wh, "expert")[0], TINY_TRAINING, tmp_path, "train")
         first = evaluate(wh, EvaluationConfig(model_version=version.model_version, **QUICK), "eval1")
         episodes = wh.con.execute(
-            "SELECT e.split, e.status, e.n_steps, e.bank, t.provider, t.model FROM episodes e "
-            "JOIN teachers t ON t.name = e.teacher WHERE e.teacher = ?", [version.model_version]).fetchall()
+            "SELECT e.split, e.status, e.n_steps, e.bank, p.provider, p.model FROM episodes e "
+            "JOIN policies p ON p.policy = e.teacher WHERE e.model_version = ? AND e.policy_kind = 'student' "
+            "AND p.policy_kind = 'student'", [version.model_version]).fetchall()
+        as_teacher = wh.scalar("SELECT count(*) FROM teachers WHERE name = ?", [version.model_version])
         steps = wh.con.execute("SELECT count(*), count(s.output_tokens) FROM steps s "
                                "JOIN episodes e USING (episode_id) WHERE teacher = ?",
                                [version.model_version]).fetchone()
@@ -33,7 +35,7 @@ def test_student_plays_through_the_harness_and_reads_beside_its_teacher(curated_
         shorter = evaluate(wh, EvaluationConfig(model_version=version.model_version, **(QUICK | {"max_steps": 2})),
                            "eval3")
     assert first.by_split["valid_seen"].written == 2 and again.by_split["valid_seen"].skipped == 2  # resumable
-    assert len(episodes) == 2
+    assert len(episodes) == 2 and as_teacher == 0  # a student is a policy of its own kind, never a teacher row
     for split, status, n_steps, bank_label, provider, model in episodes:
         assert (split, status, n_steps, provider, model) == ("valid_seen", "finished", 3, "local_hf", version.path)
         assert bank_label.endswith(f"@v{bank}")  # recalls from the bank version its dataset recorded
@@ -52,26 +54,36 @@ def test_unknown_model_version_is_a_clear_error(curated_db: Path) -> None:
         evaluate(wh, EvaluationConfig(model_version="nope"), "r")
 
 
-def test_dagster_new_model_version_becomes_an_evaluation(curated_db: Path, tmp_path: Path) -> None:
+def test_cli_trained_version_gets_an_evaluation_run_on_the_next_sensor_tick(curated_db: Path, tmp_path: Path
+                                                                            ) -> None:
+    """``model_versions`` is the truth for students: a version trained by ``evoharness sft`` (no Dagster run,
+    no partition) gets its partition and an evaluation run from the sensor."""
+    from typer.testing import CliRunner
+
     import assets.evaluation as ae
-    import assets.training as at
+    from evoharness_cli.cli import app
     from pipelines.definitions import defs
-    from pipelines.partitions import MODEL_VERSION_PARTITIONS_NAME, register_teachers
-    from pipelines.resources import AlfworldResource, StudentResource, WarehouseResource
+    from pipelines.partitions import MODEL_VERSION_PARTITIONS_NAME
+    from pipelines.resources import AlfworldResource, WarehouseResource
     from pipelines.sensors import new_model_version_sensor
 
-    resources = {"warehouse": WarehouseResource(path=str(curated_db)), "alfworld": AlfworldResource(),
-                 "students": StudentResource(models_dir=str(tmp_path))}
-    with dg.instance_for_test() as instance:
-        register_teachers(instance)
-        trained = dg.materialize([at.sft_student], instance=instance, partition_key="expert", resources=resources,
-                                 run_config={"ops": {"sft_student": {"config": {
-                                     "max_steps": 2, "max_length": 1024}}}})
-        version = trained.get_asset_materialization_events()[0].materialization.metadata["model_version"].value
-        assert instance.get_dynamic_partitions(MODEL_VERSION_PARTITIONS_NAME) == [version]
+    trained = CliRunner().invoke(app, ["sft", "--teacher", "expert", "--max-steps", "2", "--max-length", "1024",
+                                       "--models-dir", str(tmp_path), "--db", str(curated_db)])
+    assert trained.exit_code == 0, trained.output
+    assert "dataset: sft-expert@v1 (the teacher's latest" in trained.output
+    with Warehouse(curated_db) as wh:
+        version, dataset = wh.con.execute("SELECT model_version, dataset_id FROM model_versions").fetchone()
+    assert dataset == "sft-expert@v1"
 
-        requested = new_model_version_sensor(dg.build_sensor_context(instance=instance, definitions=defs))
-        assert [r.partition_key for r in requested.run_requests] == [version]
+    resources = {"warehouse": WarehouseResource(path=str(curated_db)), "alfworld": AlfworldResource()}
+    with dg.instance_for_test() as instance:
+        assert instance.get_dynamic_partitions(MODEL_VERSION_PARTITIONS_NAME) == []
+        tick = new_model_version_sensor(dg.build_sensor_context(instance=instance, definitions=defs,
+                                                                 resources=resources))
+        assert [r.partition_key for r in tick.run_requests] == [version]
+        (added,) = tick.dynamic_partitions_requests
+        assert list(added.partition_keys) == [version]
+        instance.add_dynamic_partitions(MODEL_VERSION_PARTITIONS_NAME, list(added.partition_keys))
 
         config = {"splits": ["valid_seen"], "limit": 1, "max_steps": 3, "max_tokens": 16}
         evaluated = dg.materialize([ae.student_evaluation], instance=instance, partition_key=version,
@@ -81,6 +93,9 @@ def test_dagster_new_model_version_becomes_an_evaluation(curated_db: Path, tmp_p
         assert metadata["success_rate_valid_seen"].value == 0.0 and "success_rate_valid_unseen" not in metadata
         assert metadata["episodes_written"].value == 1
         assert "data:image/png;base64," in metadata["success_by_task_type"].value
+        assert (metadata["model_version"].value, metadata["policy_kind"].value) == (version, "student")
+        assert metadata["dataset_id"].value == "sft-expert@v1" and metadata["distilled_from"].value == "expert"
 
-        idle = new_model_version_sensor(dg.build_sensor_context(instance=instance, definitions=defs))
-        assert not idle.run_requests
+        idle = new_model_version_sensor(dg.build_sensor_context(instance=instance, definitions=defs,
+                                                                 resources=resources))
+        assert not idle.run_requests and not idle.dynamic_partitions_requests

@@ -40,8 +40,8 @@ def overfit(tmp_path_factory: pytest.TempPathFactory, alfworld_data: Path) -> tu
         collect(CollectionConfig(split="train", limit=1, engine="fast", workers=0), wh, "t")
     consolidate(ConsolidationConfig(engine="fast", workers=0), db, RuleConsolidator(), "t")
     with Warehouse(db) as wh:
-        curate(wh, CurationConfig(output_dir=str(folder / "datasets"), validation_fraction=0.0), "t")
-        version = train_sft_version(wh, "expert", OVERFIT, folder / "models", "t")
+        dataset = curate(wh, CurationConfig(output_dir=str(folder / "datasets"), validation_fraction=0.0), "t")
+        version = train_sft_version(wh, dataset.dataset_id, OVERFIT, folder / "models", "t")
     return db, version.model_version, folder / "models"
 
 

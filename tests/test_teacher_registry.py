@@ -11,12 +11,12 @@ import yaml
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from evoharness.cli import app
 from evoharness.harness.prompts import Mode
 from evoharness.teachers.expert import ExpertTeacher
 from evoharness.teachers.factory import build_policy
 from evoharness.teachers.llm import LLMTeacher
 from evoharness.teachers.registry import EXPERT, Provider, TeacherRegistry, TeacherSpec
+from evoharness_cli.cli import app
 from pipelines.partitions import TEACHER_PARTITIONS_NAME
 from warehouse import Warehouse
 
@@ -86,7 +86,7 @@ def dagster_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
-def test_cli_add_writes_yaml_warehouse_and_dagster_partition(tmp_path: Path, dagster_home: Path) -> None:
+def test_cli_add_writes_yaml_and_warehouse_and_init_derives_partitions(tmp_path: Path, dagster_home: Path) -> None:
     registry, db = tmp_path / "teachers.yaml", tmp_path / "wh.duckdb"
     runner = CliRunner()
     result = runner.invoke(app, [
@@ -95,7 +95,7 @@ def test_cli_add_writes_yaml_warehouse_and_dagster_partition(tmp_path: Path, dag
         "--registry", str(registry), "--db", str(db),
     ])
     assert result.exit_code == 0, result.output
-    assert "Dagster partition 'gpt-test': added" in result.output
+    assert "new_teacher_sensor adds the teacher's partition" in result.output
     loaded = TeacherRegistry.load(registry).get("gpt-test")
     assert (loaded.provider, loaded.model, loaded.max_concurrency, loaded.mode) == (
         Provider.OPENAI, "gpt-x", 16, Mode.REACT)
@@ -104,8 +104,12 @@ def test_cli_add_writes_yaml_warehouse_and_dagster_partition(tmp_path: Path, dag
                               "FROM teachers ORDER BY name").fetchall()
     assert rows == [("expert", "expert", None, None, None, 64),
                     ("gpt-test", "openai", "OPENAI_API_KEY", 1.25, 10.0, 16)]
+    with dg.DagsterInstance.get() as instance:  # the registry is the truth: Dagster derives its partitions
+        assert instance.get_dynamic_partitions(TEACHER_PARTITIONS_NAME) == []
+    init = runner.invoke(app, ["init", "--db", str(db)], env={"EVOHARNESS_TEACHERS": str(registry)})
+    assert init.exit_code == 0, init.output
     with dg.DagsterInstance.get() as instance:
-        assert "gpt-test" in instance.get_dynamic_partitions(TEACHER_PARTITIONS_NAME)
+        assert set(instance.get_dynamic_partitions(TEACHER_PARTITIONS_NAME)) == {"expert", "gpt-test"}
     listed = runner.invoke(app, ["teacher", "list", "--registry", str(registry)])
     assert listed.exit_code == 0 and "gpt-test" in listed.output and "OPENAI_API_KEY" in listed.output
 
@@ -152,3 +156,20 @@ def test_sensor_adds_partitions_but_starts_no_unmarked_teacher(tmp_path: Path, m
         idle = new_teacher_sensor(dg.build_sensor_context(instance=instance, definitions=defs, resources=resources))
         assert not idle.run_requests and not idle.dynamic_partitions_requests
         assert "every registered teacher has episodes" in idle.skip_reason.skip_message  # type: ignore[union-attr]
+
+        instance.add_dynamic_partitions(TEACHER_PARTITIONS_NAME, ["gone"])  # not in the registry (the truth)
+        stale = new_teacher_sensor(dg.build_sensor_context(instance=instance, definitions=defs, resources=resources))
+        (removed,) = stale.dynamic_partitions_requests
+        assert isinstance(removed, dg.DeleteDynamicPartitionsRequest) and list(removed.partition_keys) == ["gone"]
+
+
+def test_warehouse_teachers_table_is_derived_from_the_registry(tmp_path: Path) -> None:
+    """The registry file is the truth: the table follows it; a row whose entry left it stays, marked."""
+    from evoharness.teachers.registry import reconcile_warehouse
+
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        assert reconcile_warehouse(wh, TeacherRegistry([spec()], tmp_path / "t.yaml")) == []
+        assert reconcile_warehouse(wh, TeacherRegistry([], tmp_path / "t.yaml")) == ["claude"]
+        rows = wh.con.execute("SELECT name, in_registry FROM teachers ORDER BY name").fetchall()
+        kinds = wh.con.execute("SELECT DISTINCT policy_kind FROM policies").fetchall()
+    assert rows == [("claude", False), ("expert", True)] and kinds == [("teacher",)]

@@ -16,6 +16,7 @@ from evoharness.testing.alfworld_player import WalkthroughPlayer
 from evoharness.testing.loopback import LoopbackServer
 from evoharness.testing.responders import ConcurrencyProbe
 from evoharness.testing.teachers import TEST_KEY_ENV, loopback_teacher, write_registry
+from tests.conftest import subprocess_env
 
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("ALFWORLD_DATA", str(REPO.parent / "shared" / "alfworld"))
@@ -42,10 +43,9 @@ def test_killed_collection_resumes(tmp_path: Path) -> None:
     player = WalkthroughPlayer.for_split("valid_seen", GAMES)
     with LoopbackServer(ConcurrencyProbe(player, hold_s=0.1)) as server:
         write_registry(registry, loopback_teacher("lb", "openai", server, max_concurrency=2))
-        env = os.environ | {"EVOHARNESS_TEACHERS": str(registry), "EVOHARNESS_DB": str(db),
-                            TEST_KEY_ENV: "sk-resume-test-0123456789",
-                            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-        command = [sys.executable, "-m", "evoharness.cli", "collect", "--teacher", "lb", "--split", "valid_seen",
+        env = subprocess_env() | {"EVOHARNESS_TEACHERS": str(registry), "EVOHARNESS_DB": str(db),
+                                  TEST_KEY_ENV: "sk-resume-test-0123456789"}
+        command = [sys.executable, "-m", "evoharness_cli", "collect", "--teacher", "lb", "--split", "valid_seen",
                    "--limit", str(GAMES), "--max-steps", "30", "--engine", ENGINE, "--workers", "1",
                    "--concurrency", "2"]
         proc = subprocess.Popen(command, env=env, cwd=tmp_path, start_new_session=True,

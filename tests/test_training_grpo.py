@@ -13,7 +13,7 @@ import torch
 from evoharness.agents.records import EpisodeRecord, EpisodeSpec
 from evoharness.harness.prompts import Mode
 from evoharness.training.grpo import GRPOSettings, group_advantages, turn_samples
-from evoharness.training.model_versions import train_grpo_version, train_sft_version
+from evoharness.training.model_versions import teacher_datasets, train_grpo_version, train_sft_version
 from evoharness.training.rollout import Rollout, TurnTokens
 from evoharness.training.sft import SFTSettings
 from evoharness.training.student_card import CARD_FILE
@@ -58,7 +58,7 @@ def test_every_turn_is_a_sample_with_its_trajectory_advantage(catalog) -> None:
 def test_grpo_version_plays_trains_and_is_reused(curated_db: Path, tmp_path: Path) -> None:
     logs: list[dict[str, float]] = []
     with Warehouse(curated_db) as wh:
-        sft = train_sft_version(wh, "expert", SFTSettings.tiny_student(max_steps=2, max_length=1024), tmp_path, "s")
+        sft = train_sft_version(wh, teacher_datasets(wh, "expert")[0], SFTSettings.tiny_student(max_steps=2, max_length=1024), tmp_path, "s")
         version = train_grpo_version(wh, sft.model_version, QUICK, tmp_path, "g",
                                      on_log=lambda entry, step, _: logs.append(entry))
         again = train_grpo_version(wh, sft.model_version, QUICK, tmp_path, "g2")
@@ -92,7 +92,7 @@ def test_dagster_grpo_student_registers_a_model_version(curated_db: Path, tmp_pa
         result = dg.materialize(
             [at.sft_student, at.grpo_student], instance=instance, partition_key="expert", resources=resources,
             run_config={"ops": {
-                "sft_student": {"config": {"max_steps": 2, "max_length": 1024}},
+                "sft_student": {"config": {"max_steps": 2, "max_length": 1024, "dataset_id": "sft-expert@v1"}},
                 "grpo_student": {"config": {"games_limit": 2, "games_per_step": 1, "num_generations": 2,
                                             "max_steps": 1, "episode_steps": 2, "max_new_tokens": 8,
                                             "call_cost": 0.05}},

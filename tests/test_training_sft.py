@@ -10,7 +10,7 @@ import pytest
 
 from evoharness.harness.grammar import parse_turn
 from evoharness.teachers.clients.local_hf import LocalHFClient
-from evoharness.training.model_versions import train_sft_version
+from evoharness.training.model_versions import teacher_datasets, train_sft_version
 from evoharness.training.sft import SFTSettings, prepare_splits, to_prompt_completion, train_sft
 from evoharness.training.student_card import read_student_card
 from evoharness.training.trainer_utils import LoraSettings
@@ -69,9 +69,9 @@ def test_model_version_is_recorded_and_reused(curated_db: Path, tmp_path: Path) 
     db = curated_db
     settings = SFTSettings.tiny_student(max_steps=2, logging_steps=1, max_length=1024)
     with Warehouse(db) as wh:
-        first = train_sft_version(wh, "expert", settings, tmp_path, "r1")
-        again = train_sft_version(wh, "expert", settings, tmp_path, "r2")
-        other = train_sft_version(wh, "expert", settings.model_copy(update={"seed": 1}), tmp_path, "r3")
+        first = train_sft_version(wh, teacher_datasets(wh, "expert")[0], settings, tmp_path, "r1")
+        again = train_sft_version(wh, teacher_datasets(wh, "expert")[0], settings, tmp_path, "r2")
+        other = train_sft_version(wh, teacher_datasets(wh, "expert")[0], settings.model_copy(update={"seed": 1}), tmp_path, "r3")
         rows = wh.con.execute("SELECT model_version, stage, dataset_id, steps, run_id FROM model_versions "
                               "ORDER BY created_at").fetchall()
     assert not first.reused and again.reused and not other.reused
@@ -79,8 +79,8 @@ def test_model_version_is_recorded_and_reused(curated_db: Path, tmp_path: Path) 
     assert again.row["loss_history"] == first.row["loss_history"] and again.row["settings"]["seed"] == 0
     assert [(r[0], r[1], r[3], r[4]) for r in rows] == [(first.model_version, "sft", 2, "r1"),
                                                          (other.model_version, "sft", 2, "r3")]
-    with Warehouse(db) as wh, pytest.raises(LookupError, match="No curated dataset"):
-        train_sft_version(wh, "nobody", settings, tmp_path, "r4")
+    with Warehouse(db) as wh, pytest.raises(LookupError, match="Unknown dataset 'nobody@v1'"):
+        train_sft_version(wh, "nobody@v1", settings, tmp_path, "r4")
 
 
 def test_dagster_sft_student(curated_db: Path, tmp_path: Path) -> None:
@@ -91,12 +91,19 @@ def test_dagster_sft_student(curated_db: Path, tmp_path: Path) -> None:
     instance = dg.DagsterInstance.ephemeral()
     register_teachers(instance)
     run_config = {"ops": {"sft_student": {"config": {"max_steps": 4, "max_length": 1024}}}}
+    resources = {"warehouse": WarehouseResource(path=str(curated_db)),
+                 "students": StudentResource(models_dir=str(tmp_path))}
+    with pytest.raises(dg.Failure, match="No dataset_id for partition 'expert': materialize sft_dataset"):
+        dg.materialize([at.sft_student], instance=instance, partition_key="expert", run_config=run_config,
+                       resources=resources)  # no upstream materialization and no id given: never "the newest"
+    run_config["ops"]["sft_student"]["config"]["dataset_id"] = "sft-expert@v1"
     result = dg.materialize([at.sft_student], instance=instance, partition_key="expert", run_config=run_config,
                             resources={"warehouse": WarehouseResource(path=str(curated_db)),
                                        "students": StudentResource(models_dir=str(tmp_path))})
     assert result.success
     metadata = result.get_asset_materialization_events()[0].materialization.metadata
     assert metadata["steps"].value == 4 and metadata["model_version"].value.startswith("expert-sft-")
+    assert metadata["dataset_id"].value == "sft-expert@v1" and metadata["teacher"].value == "expert"
     assert "data:image/png;base64," in metadata["loss_curve"].value
     checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
     assert checks == {"sft_student_learned": True}

@@ -6,6 +6,7 @@ import duckdb
 import pytest
 
 from evoharness.agents.records import EpisodeRecord, EpisodeSpec, StepRecord
+from evoharness.agents.rows import episode_row, step_rows
 from evoharness.harness.prompts import Mode
 from warehouse import Warehouse
 from warehouse.db import migration_files
@@ -27,6 +28,10 @@ def _record(game, status: str = "finished", won: bool = True, n_steps: int = 3, 
                          failure_reason=None if status == "finished" else "PolicyError: boom", steps=steps)
 
 
+def _write(warehouse: Warehouse, record: EpisodeRecord, run_id: str, code_version: str = "v") -> bool:
+    return warehouse.write_episode(episode_row(record, run_id, code_version), step_rows(record))
+
+
 def test_migrations_apply_once(tmp_path) -> None:
     path = tmp_path / "w.duckdb"
     with Warehouse(path) as first:
@@ -40,8 +45,8 @@ def test_migrations_apply_once(tmp_path) -> None:
 def test_episode_write_is_idempotent(warehouse: Warehouse, catalog) -> None:
     game = catalog.games("valid_seen", limit=1)[0]
     record = _record(game)
-    assert warehouse.write_episode(record, run_id="r1", code_version="v") is True
-    assert warehouse.write_episode(record, run_id="r2", code_version="v") is False
+    assert _write(warehouse, record, "r1") is True
+    assert _write(warehouse, record, "r2") is False
     assert warehouse.con.execute("SELECT count(*), min(run_id) FROM episodes").fetchone() == (1, "r1")
     assert warehouse.con.execute("SELECT count(*) FROM steps").fetchone()[0] == 3
     assert warehouse.finished_episode_ids("expert") == {record.spec.episode_id}
@@ -49,21 +54,21 @@ def test_episode_write_is_idempotent(warehouse: Warehouse, catalog) -> None:
 
 def test_failed_episode_is_replaced_by_a_later_attempt(warehouse: Warehouse, catalog) -> None:
     game = catalog.games("valid_seen", limit=1)[0]
-    warehouse.write_episode(_record(game, status="failed", won=False, n_steps=1), run_id="r1", code_version="v")
+    _write(warehouse, _record(game, status="failed", won=False, n_steps=1), "r1")
     assert warehouse.finished_episode_ids("expert") == set()
     row = warehouse.con.execute("SELECT status, won, failure_reason FROM episodes").fetchone()
     assert row == ("failed", False, "PolicyError: boom")
-    warehouse.write_episode(_record(game), run_id="r2", code_version="v")
+    _write(warehouse, _record(game), "r2")
     assert warehouse.con.execute("SELECT status, won, n_steps FROM episodes").fetchall() == [("finished", True, 3)]
     assert warehouse.con.execute("SELECT count(*) FROM steps").fetchone()[0] == 3
 
 
 def test_attempt_ledger_keeps_what_replaced_attempts_spent(warehouse: Warehouse, catalog) -> None:
     game = catalog.games("valid_seen", limit=1)[0]
-    warehouse.write_episode(_record(game, status="failed", won=False, n_steps=2, tokens=100), "r1", "v")
-    warehouse.write_episode(_record(game, status="failed", won=False, n_steps=1, tokens=100), "r2", "v")
-    warehouse.write_episode(_record(game, n_steps=3, tokens=100), "r3", "v")
-    warehouse.write_episode(_record(game, n_steps=3, tokens=100), "r4", "v")  # already finished: no attempt
+    _write(warehouse, _record(game, status="failed", won=False, n_steps=2, tokens=100), "r1")
+    _write(warehouse, _record(game, status="failed", won=False, n_steps=1, tokens=100), "r2")
+    _write(warehouse, _record(game, n_steps=3, tokens=100), "r3")
+    _write(warehouse, _record(game, n_steps=3, tokens=100), "r4")  # already finished: no attempt
     attempts = warehouse.con.execute(
         "SELECT attempt, status, input_tokens, run_id FROM episode_attempts ORDER BY attempt").fetchall()
     assert attempts == [(1, "failed", 200, "r1"), (2, "failed", 100, "r2"), (3, "finished", 300, "r3")]
@@ -86,6 +91,6 @@ def test_episode_write_is_atomic(warehouse: Warehouse, catalog) -> None:
     record = _record(game)
     record.steps.append(record.steps[0])  # a second step t=0 violates the primary key (episode_id, t)
     with pytest.raises(duckdb.Error):
-        warehouse.write_episode(record, run_id="r1", code_version="v")
+        _write(warehouse, record, "r1")
     assert warehouse.con.execute("SELECT count(*) FROM episodes").fetchone()[0] == 0
     assert warehouse.con.execute("SELECT count(*) FROM steps").fetchone()[0] == 0

@@ -1,12 +1,10 @@
-"""The DuckDB warehouse: SQL migrations in ``migrations/``, views, and the single writer path."""
+"""The DuckDB warehouse: SQL migrations in ``migrations/``, views, and the single writer path.
 
-from warehouse.db import (
-    DEFAULT_DB_PATH,
-    Warehouse,
-    WarehouseOpenError,
-    default_db_path,
-    episode_row,
-    load_query,
-)
+It imports nothing of the ``evoharness`` library: writes take plain rows (column → value mappings).
+"""
 
-__all__ = ["DEFAULT_DB_PATH", "Warehouse", "WarehouseOpenError", "default_db_path", "episode_row", "load_query"]
+from warehouse.db import DEFAULT_DB_PATH, Warehouse, WarehouseOpenError, default_db_path, load_query
+from warehouse.drift import MigrationDriftError
+
+__all__ = ["DEFAULT_DB_PATH", "MigrationDriftError", "Warehouse", "WarehouseOpenError", "default_db_path",
+           "load_query"]

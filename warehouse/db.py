@@ -11,7 +11,6 @@ import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
@@ -19,7 +18,7 @@ from typing import Any, Self
 import duckdb
 import pyarrow as pa
 
-from evoharness.agents.records import EpisodeRecord
+from warehouse.drift import check_drift
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 QUERIES_DIR = Path(__file__).resolve().parent / "queries"
@@ -61,6 +60,10 @@ def migration_files() -> list[Path]:
     return sorted(MIGRATIONS_DIR.glob("[0-9][0-9][0-9]_*.sql"))
 
 
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 class Warehouse:
     """A DuckDB warehouse file with the project schema applied.
 
@@ -80,6 +83,7 @@ class Warehouse:
             self.migrate()
         else:
             self._connect()
+            self.verify()
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
@@ -134,6 +138,16 @@ class Warehouse:
         self.close()
 
     # -- schema ---------------------------------------------------------------------------------------
+    def verify(self) -> None:
+        """Raise :class:`~warehouse.drift.MigrationDriftError` when an applied migration differs from its file."""
+        known = self.con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'"
+                                 ).fetchone()
+        if not known or not known[0]:
+            return
+        rows = self.con.execute("SELECT version, name, sha256 FROM schema_version ORDER BY version").fetchall()
+        check_drift(self.path, [(int(v), str(n), str(s)) for v, n, s in rows],
+                    {int(p.name[:3]): (p.name, _sha256(p.read_text())) for p in migration_files()})
+
     def migrate(self) -> list[str]:
         """Apply the migrations not yet recorded in ``schema_version``; returns the names applied."""
         self.con.execute(
@@ -141,18 +155,20 @@ class Warehouse:
             " version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, sha256 VARCHAR NOT NULL,"
             " applied_at TIMESTAMP NOT NULL)"
         )
-        applied = {row[0] for row in self.con.execute("SELECT version FROM schema_version").fetchall()}
+        rows = self.con.execute("SELECT version, name, sha256 FROM schema_version ORDER BY version").fetchall()
+        texts = {int(path.name[:3]): (path, path.read_text()) for path in migration_files()}
+        check_drift(self.path, [(int(v), str(n), str(s)) for v, n, s in rows],
+                    {v: (p.name, _sha256(sql)) for v, (p, sql) in texts.items()})
+        applied = {row[0] for row in rows}
         done = []
-        for path in migration_files():
-            version = int(path.name[:3])
+        for version, (path, sql) in sorted(texts.items()):
             if version in applied:
                 continue
-            sql = path.read_text()
             with self.transaction():
                 self.con.execute(sql)
                 self.con.execute(
                     "INSERT INTO schema_version VALUES (?, ?, ?, ?)",
-                    [version, path.name, hashlib.sha256(sql.encode()).hexdigest(), datetime.now(UTC)],
+                    [version, path.name, _sha256(sql), datetime.now(UTC)],
                 )
             done.append(path.name)
         return done
@@ -209,11 +225,12 @@ class Warehouse:
         ).fetchall()
         return {row[0] for row in rows}
 
-    def write_episode(self, record: EpisodeRecord, run_id: str, code_version: str) -> bool:
-        """Write an episode and its steps in one transaction. A finished episode already stored is kept
-        (returns False); a failed one is replaced by the new attempt. Every write also appends a row to the
-        ``episode_attempts`` ledger, so what a replaced attempt spent stays accounted."""
-        episode_id = record.spec.episode_id
+    def write_episode(self, episode: dict[str, Any], steps: Sequence[dict[str, Any]]) -> bool:
+        """Write an episode row and its step rows in one transaction. A finished episode already stored is
+        kept (returns False); a failed one is replaced by the new attempt. Every write also appends a row to
+        the ``episode_attempts`` ledger, so what a replaced attempt spent stays accounted. The rows are plain
+        column → value mappings (the library builds them: ``evoharness.agents.rows``)."""
+        episode_id = episode["episode_id"]
         with self.transaction():
             existing = self.con.execute("SELECT status FROM episodes WHERE episode_id = ?", [episode_id]).fetchone()
             if existing and existing[0] == "finished":
@@ -221,47 +238,13 @@ class Warehouse:
             if existing:
                 self.con.execute("DELETE FROM steps WHERE episode_id = ?", [episode_id])
                 self.con.execute("DELETE FROM episodes WHERE episode_id = ?", [episode_id])
-            row = episode_row(record, run_id, code_version)
-            self.insert("episodes", [row])
-            self.insert("steps", [{"episode_id": episode_id, **asdict(step)} for step in record.steps])
+            self.insert("episodes", [episode])
+            self.insert("steps", [{"episode_id": episode_id, **step} for step in steps])
             attempt = self.scalar("SELECT count(*) + 1 FROM episode_attempts WHERE episode_id = ?", [episode_id])
-            self.insert("episode_attempts", [{"attempt": attempt, **{k: row[k] for k in ATTEMPT_COLUMNS}}])
+            self.insert("episode_attempts", [{"attempt": attempt, **{k: episode[k] for k in ATTEMPT_COLUMNS}}])
         return True
 
 
 ATTEMPT_COLUMNS = ("episode_id", "teacher", "mode", "status", "failure_reason", "won", "n_steps", "input_tokens",
                    "output_tokens", "cost_usd", "started_at", "finished_at", "run_id")
 """The ``episodes`` columns copied into the ``episode_attempts`` ledger on every write."""
-
-
-def episode_row(record: EpisodeRecord, run_id: str, code_version: str) -> dict[str, Any]:
-    spec = record.spec
-    return {
-        "episode_id": spec.episode_id,
-        "teacher": spec.teacher,
-        "mode": spec.mode.value,
-        "game_id": spec.game.game_id,
-        "split": spec.game.split,
-        "task_type": spec.game.task_type,
-        "seed": spec.seed,
-        "max_steps": spec.max_steps,
-        "status": record.status,
-        "failure_reason": record.failure_reason,
-        "won": record.won,
-        "n_steps": len(record.steps),
-        "n_env_steps": sum(step.kind == "env" for step in record.steps),
-        "n_harness_calls": record.n_harness_calls,
-        "n_invalid": sum(step.kind == "invalid" for step in record.steps),
-        "final_score": record.steps[-1].score if record.steps else None,
-        "input_tokens": record.input_tokens,
-        "output_tokens": record.output_tokens,
-        "cost_usd": record.cost_usd,
-        "started_at": record.started_at,
-        "finished_at": record.finished_at,
-        "prompt_id": spec.prompt_id,
-        "prompt_sha": spec.prompt_sha,
-        "bank": spec.bank or None,
-        "engine": record.engine,
-        "code_version": code_version,
-        "run_id": run_id,
-    }

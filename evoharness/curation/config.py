@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 class CurationConfig(BaseModel):
     """What goes into a dataset and how it is split."""
 
-    name: str = "sft"
+    name: str | None = Field(default=None, description="Dataset name (None: sft-<teacher>).")
     teacher: str = "expert"
     consolidator: str = "rule"
     require_success: bool = True
@@ -23,3 +23,8 @@ class CurationConfig(BaseModel):
     tokenizer: str | None = Field(default=None, description="HF tokenizer path; None: bytes/4 estimate.")
     validation_fraction: float = Field(default=0.1, ge=0, lt=1, description="Share of games held out, by game.")
     output_dir: str | None = Field(default=None, description="None: <warehouse folder>/datasets.")
+
+    @property
+    def dataset_name(self) -> str:
+        """The name dataset versions are numbered under: ``name``, else ``sft-<teacher>``."""
+        return self.name or f"sft-{self.teacher}"

@@ -2,7 +2,8 @@
 
 A student plays through the same runner, environment and harness as a teacher: it is wrapped as a
 ``local_hf`` policy named after its model version, so its episodes, steps and harness calls land in the
-warehouse like any teacher's, and the ``policy_evaluation`` view reads both side by side. Bpe-mode
+warehouse like any teacher's, marked ``policy_kind = 'student'`` with their ``model_version`` (students are
+never rows of ``teachers``), and the ``policy_evaluation`` view reads both side by side. Bpe-mode
 students recall from the frozen Experience bank version their training dataset recorded.
 """
 
@@ -91,7 +92,8 @@ def evaluate(wh: Warehouse, config: EvaluationConfig, run_id: str,
         )
         progress = None if on_progress is None else (
             lambda done, total, record, split=split: on_progress(split, done, total, record))
-        by_split[split] = collect(collection, wh, run_id, on_progress=progress, registry=registry)
+        by_split[split] = collect(collection, wh, run_id, on_progress=progress, registry=registry,
+                                  model_version=config.model_version)
     columns, rows = wh.query("policy_evaluation_for", policy=spec.name, mode=mode.value,
                              max_steps=config.max_steps)
     return EvaluationResult(config.model_version, by_split, columns, rows, mode)

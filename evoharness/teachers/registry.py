@@ -224,3 +224,19 @@ def upsert_warehouse(warehouse: Warehouse, specs: Iterable[TeacherSpec]) -> int:
         for row in rows:
             con.execute(sql, row)
     return len(rows)
+
+
+def reconcile_warehouse(warehouse: Warehouse, registry: TeacherRegistry, prune: bool = True) -> list[str]:
+    """Derive the ``teachers`` table from the registry (the truth): upsert every entry and, with ``prune``,
+    mark rows whose entry left the registry ``in_registry = false`` (kept: episodes name them). Returns the
+    names so marked."""
+    upsert_warehouse(warehouse, registry)
+    if not prune:
+        return []
+    names = registry.names()
+    stale = [row[0] for row in warehouse.con.execute(
+        "SELECT name FROM teachers WHERE in_registry AND NOT list_contains(?, name) ORDER BY name", [names]
+    ).fetchall()]
+    if stale:
+        warehouse.con.execute("UPDATE teachers SET in_registry = false WHERE list_contains(?, name)", [stale])
+    return stale

@@ -1,5 +1,5 @@
-"""Model versions: students trained by SFT (from a teacher's newest dataset) or GRPO (from an SFT version),
-recorded in ``model_versions``.
+"""Model versions: students trained by SFT (from a dataset, named by id) or GRPO (from an SFT version, named
+by id), recorded in ``model_versions`` with the dataset id and parent version they came from.
 
 A version id hashes what determines the training (dataset or parent version, and settings), so asking again
 for the same training returns the stored version instead of training twice.
@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from evoharness.consolidation.bank import load_bank
-from evoharness.curation.build import newest_dataset
 from evoharness.lineage import code_version
 from evoharness.training.grpo import GRPOSettings, train_grpo
 from evoharness.training.sft import SFTSettings, train_sft
@@ -83,11 +82,31 @@ def _store(wh: Warehouse, row: dict[str, Any]) -> ModelVersion:
     return ModelVersion(_decoded(encoded), reused=False)
 
 
-def train_sft_version(wh: Warehouse, teacher: str, settings: SFTSettings, models_root: str | Path, run_id: str,
+def dataset_source(wh: Warehouse, dataset_id: str) -> tuple[str, str]:
+    """(teacher, path) of a curated dataset, by id."""
+    row = wh.con.execute("SELECT teacher, path FROM datasets WHERE dataset_id = ?", [dataset_id]).fetchone()
+    if row is None:
+        raise LookupError(f"Unknown dataset {dataset_id!r}: curate it first (sft_dataset / `evoharness curate`).")
+    return str(row[0]), str(row[1])
+
+
+def teacher_datasets(wh: Warehouse, teacher: str) -> list[str]:
+    """The teacher's curated dataset ids, newest first (for people choosing one; pipelines pass ids)."""
+    return [r[0] for r in wh.con.execute("SELECT dataset_id FROM datasets WHERE teacher = ? "
+                                         "ORDER BY created_at DESC, version DESC", [teacher]).fetchall()]
+
+
+def teacher_sft_versions(wh: Warehouse, teacher: str) -> list[str]:
+    """The teacher's SFT model versions, newest first (for people choosing one; pipelines pass ids)."""
+    return [r[0] for r in wh.con.execute("SELECT model_version FROM model_versions WHERE teacher = ? "
+                                         "AND stage = 'sft' ORDER BY created_at DESC", [teacher]).fetchall()]
+
+
+def train_sft_version(wh: Warehouse, dataset_id: str, settings: SFTSettings, models_root: str | Path, run_id: str,
                       on_log: LogCallback | None = None) -> ModelVersion:
-    """Train (or reuse) the SFT student of ``teacher``'s newest dataset. The warehouse is released while
+    """Train (or reuse) the SFT student of the dataset ``dataset_id``. The warehouse is released while
     training runs, so other stages can write meanwhile."""
-    dataset_id, dataset_path = newest_dataset(wh, teacher)
+    teacher, dataset_path = dataset_source(wh, dataset_id)
     model_version = version_id(teacher, "sft", dataset_id, settings)
     if (stored := stored_version(wh, model_version)) is not None:
         return stored
@@ -103,15 +122,6 @@ def train_sft_version(wh: Warehouse, teacher: str, settings: SFTSettings, models
         "decision_history": result.decision_history, "tokens_seen": result.tokens_seen,
         "prompt_set": settings.prompt_set or f"alfworld/{settings.view}", "run_id": run_id,
     })
-
-
-def newest_sft_version(wh: Warehouse, teacher: str) -> str:
-    row = wh.con.execute("SELECT model_version FROM model_versions WHERE teacher = ? AND stage = 'sft' "
-                         "ORDER BY created_at DESC LIMIT 1", [teacher]).fetchone()
-    if row is None:
-        raise LookupError(f"No SFT model version for teacher {teacher!r}: materialize sft_student (or run "
-                          "`evoharness sft`) first.")
-    return str(row[0])
 
 
 def train_grpo_version(wh: Warehouse, parent_version: str, settings: GRPOSettings, models_root: str | Path,

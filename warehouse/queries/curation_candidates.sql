@@ -14,7 +14,8 @@ WITH belief AS (
 )
 SELECT ce.episode_id, ce.game_id, g.split AS catalog_split, ce.split, ce.task_type, ce.teacher, ce.won,
        ce.source_mode, ce.action_sig, ce.n_examples, ce.consolidation_run_id,
-       b.belief_precision, b.belief_recall, p.progress_validity, x.parse_validity, x.commands
+       b.belief_precision, b.belief_recall, p.progress_validity, x.parse_validity, x.commands,
+       sha256(ce.episode_id) AS stable_key
 FROM consolidated_episodes ce
 LEFT JOIN games g USING (game_id)
 LEFT JOIN belief b USING (episode_id)

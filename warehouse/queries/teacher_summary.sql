@@ -3,8 +3,9 @@ SELECT
     coalesce(task_type, 'ALL')                 AS task_type,
     count(*)                                   AS episodes,
     count(*) FILTER (WHERE status = 'failed')  AS failed,
-    sum(won::INTEGER)                          AS won,
-    round(avg(won::INTEGER), 3)                AS success_rate,
+    count(*) FILTER (WHERE won)                AS won,
+    metric_success_rate(count(*) FILTER (WHERE won), count(*) FILTER (WHERE status = 'finished'))
+                                               AS success_rate,
     round(avg(n_steps), 1)                     AS mean_steps,
     round(avg(n_harness_calls), 2)             AS mean_harness_calls
 FROM episodes

@@ -10,7 +10,13 @@ from typing import Annotated
 
 import typer
 
-from evoharness.cli_common import (
+from evoharness.collection import CollectionConfig, CollectionResult, collect
+from evoharness.envs.alfworld.catalog import SPLITS, AlfworldDataError, GameCatalog
+from evoharness.harness.prompts import Mode
+from evoharness.lineage import new_run_id
+from evoharness.run_guard import StopKind
+from evoharness.stage_config import defaults
+from evoharness_cli.cli_common import (
     EXIT_STOPPED,
     DbOption,
     OutputFormat,
@@ -21,14 +27,9 @@ from evoharness.cli_common import (
     progress_reporter,
     set_output_format,
 )
-from evoharness.cli_data import register as register_data_commands
-from evoharness.cli_teachers import teacher_app
-from evoharness.cli_training import evaluate_command, grpo_command, sft_command
-from evoharness.collection import CollectionConfig, CollectionResult, collect
-from evoharness.envs.alfworld.catalog import SPLITS, AlfworldDataError, GameCatalog
-from evoharness.harness.prompts import Mode
-from evoharness.lineage import new_run_id
-from evoharness.run_guard import StopKind
+from evoharness_cli.cli_data import register as register_data_commands
+from evoharness_cli.cli_teachers import teacher_app
+from evoharness_cli.cli_training import evaluate_command, grpo_command, sft_command
 from warehouse import Warehouse, default_db_path
 
 app = typer.Typer(help="EvoHarness-RL distillation pipeline: teachers → warehouse → student.", no_args_is_help=True,
@@ -59,30 +60,40 @@ def games(
     print_table(f"{split}: {len(found)} games", ["game_id", "task_type"], [(g.game_id, g.task_type) for g in found])
 
 
+COLLECT = defaults(CollectionConfig)  # the one declaration of the defaults: evoharness.collection
+COLLECT_MODE = Mode(COLLECT["mode"])
+
+
 @app.command("collect")
 def collect_command(
-    teacher: Annotated[str, typer.Option(help="Registered teacher name.")] = "expert",
-    mode: Annotated[Mode, typer.Option(help="bpe (workspace + meta-actions) or react.")] = Mode.BPE,
-    split: Annotated[str, typer.Option(help=f"One of {', '.join(SPLITS)}.")] = "valid_seen",
-    limit: Annotated[int | None, typer.Option(help="First N games of the split [default: all].", min=1)] = None,
-    seed: Annotated[list[int] | None, typer.Option(help="Episode seed; repeat for more episodes per game. [default: 0]")
-                    ] = None,
-    max_steps: Annotated[int, typer.Option(help="Step budget per episode.", min=1)] = 70,
-    meta_action_cost: Annotated[int, typer.Option(help="Steps a meta-action costs.", min=0)] = 1,
+    teacher: Annotated[str, typer.Option(help="Registered teacher name.")] = COLLECT["teacher"],
+    mode: Annotated[Mode, typer.Option(help="bpe (workspace + meta-actions) or react.")] = COLLECT_MODE,
+    split: Annotated[str, typer.Option(help=f"One of {', '.join(SPLITS)}.")] = COLLECT["split"],
+    limit: Annotated[int | None, typer.Option(help="First N games of the split [default: all].", min=1)
+                     ] = COLLECT["limit"],
+    seed: Annotated[list[int] | None, typer.Option(help="Episode seed; repeat for more episodes per game. "
+                                                        f"[default: {COLLECT['seeds']}]")] = None,
+    max_steps: Annotated[int, typer.Option(help="Step budget per episode.", min=1)] = COLLECT["max_steps"],
+    meta_action_cost: Annotated[int, typer.Option(help="Steps a meta-action costs.", min=0)
+                                ] = COLLECT["meta_action_cost"],
     workers: Annotated[int | None, typer.Option(help="Environment worker processes [default: 0 for the fast "
-                                                       "engine, 2 for textworld].", min=0)] = None,
-    concurrency: Annotated[int, typer.Option(help="Episodes in flight (at most the teacher's max_concurrency).",
-                                             min=1)] = 8,
-    engine: Annotated[str | None, typer.Option(help="textworld or fast (default: the library default).")] = None,
+                                                       "engine, 2 for textworld].", min=0)] = COLLECT["workers"],
+    concurrency: Annotated[int | None, typer.Option(help="Episodes in flight [default: the teacher's "
+                                                         "max_concurrency, which also caps it].", min=1)
+                           ] = COLLECT["concurrency"],
+    engine: Annotated[str | None, typer.Option(help="textworld or fast (default: the library default).")
+                      ] = COLLECT["engine"],
     bank_version: Annotated[int | None, typer.Option(help="bpe mode: recall from this frozen Experience bank "
-                                                      "version of the warehouse [default: the seed bank].")] = None,
+                                                      "version of the warehouse [default: the seed bank].")
+                            ] = COLLECT["bank_version"],
     max_spend_usd: Annotated[float | None, typer.Option(help="Stop starting episodes once this run has spent this "
                                                         "many USD (the teacher's own cap applies too).", min=0)
-                             ] = None,
+                             ] = COLLECT["max_spend_usd"],
     max_consecutive_failures: Annotated[int, typer.Option(help="Stop the run after this many calls in a row failed "
-                                                          "to connect, authenticate or find the model.", min=1)] = 5,
+                                                          "to connect, authenticate or find the model.", min=1)
+                                        ] = COLLECT["max_consecutive_failures"],
     preflight: Annotated[bool, typer.Option(help="One real call checks an API teacher before the run fans "
-                                            "out.")] = True,
+                                            "out.")] = COLLECT["preflight"],
     dry_run: Annotated[bool, typer.Option(help="Only estimate the run's tokens and dollars; call and store "
                                           "nothing.")] = False,
     db: DbOption = None,
@@ -93,7 +104,7 @@ def collect_command(
     3 stopped at a spend cap (rerun after raising the cap to resume)."""
     logging.basicConfig(level=logging.ERROR)
     config = CollectionConfig(
-        teacher=teacher, mode=mode, split=split, limit=limit, seeds=tuple(seed or [0]), max_steps=max_steps,
+        teacher=teacher, mode=mode, split=split, limit=limit, seeds=tuple(seed or COLLECT["seeds"]), max_steps=max_steps,
         meta_action_cost=meta_action_cost, workers=workers, concurrency=concurrency, engine=engine,
         bank_version=bank_version, max_spend_usd=max_spend_usd, max_consecutive_failures=max_consecutive_failures,
         preflight=preflight,
@@ -177,18 +188,19 @@ def init(db: DbOption = None) -> None:
     if not home:
         console.print("DAGSTER_HOME is not set: skipped the Dagster instance (set it to use the dagster CLI).")
         return
-    from dagster import DagsterInstance
+    from dagster import DagsterInstance  # the one command that sets up Dagster; imported only here
 
     from evoharness.teachers.registry import TeacherRegistry
-    from pipelines.partitions import register_teachers
+    from pipelines.partitions import reconcile_teachers
 
     config = Path(home) / "dagster.yaml"
     config.parent.mkdir(parents=True, exist_ok=True)
     if not config.exists():
         config.write_text("telemetry:\n  enabled: false\n")
     with DagsterInstance.get() as instance:
-        added = register_teachers(instance, tuple(TeacherRegistry.load().names()))
-    console.print(f"Dagster instance {home}: teacher partitions added: {', '.join(added) or 'none (all present)'}")
+        added, removed = reconcile_teachers(instance, tuple(TeacherRegistry.load().names()))
+    console.print(f"Dagster instance {home}: teacher partitions from the registry: added "
+                  f"{', '.join(added) or 'none'}; removed {', '.join(removed) or 'none'}")
 
 
 register_data_commands(app)

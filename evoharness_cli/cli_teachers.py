@@ -1,7 +1,8 @@
 """``evoharness teacher add|list|costs``: the teacher registry from the command line.
 
-``add`` writes ``teachers.yaml`` (``$EVOHARNESS_TEACHERS``), upserts the warehouse ``teachers`` table and,
-when ``$DAGSTER_HOME`` is set, adds the teacher's Dagster partition (the sensor then requests its run).
+``add`` writes ``teachers.yaml`` (``$EVOHARNESS_TEACHERS``), the truth for teachers, and reconciles the
+warehouse ``teachers`` table with it. Dagster derives its teacher partitions from the same file
+(``new_teacher_sensor`` on its next tick, or ``evoharness init`` at once); the command line never imports Dagster.
 """
 
 from __future__ import annotations
@@ -13,20 +14,20 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from evoharness.cli_common import DbOption, console, fail, print_table
 from evoharness.harness.prompts import Mode
 from evoharness.teachers.registry import (
     DEFAULT_DISTILL_GAMES,
     Provider,
     TeacherRegistry,
     TeacherSpec,
+    reconcile_warehouse,
     registry_path,
-    upsert_warehouse,
 )
 from evoharness.teachers.retry import RetryConfig
+from evoharness_cli.cli_common import DbOption, console, fail, print_table
 from warehouse import Warehouse, default_db_path
 
-teacher_app = typer.Typer(help="Register and inspect teachers (teachers.yaml + warehouse + Dagster).",
+teacher_app = typer.Typer(help="Register and inspect teachers (teachers.yaml, mirrored in the warehouse).",
                           no_args_is_help=True)
 RegistryOption = Annotated[Path | None, typer.Option("--registry", help="Registry file (default: $EVOHARNESS_TEACHERS "
                                                         "or teachers.yaml).")]
@@ -35,19 +36,6 @@ RegistryOption = Annotated[Path | None, typer.Option("--registry", help="Registr
 def validation_message(exc: ValidationError) -> str:
     """Field and rule of each error, never the offending value (it might be a pasted key)."""
     return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'entry'}: {err['msg']}" for err in exc.errors())
-
-
-def register_dagster_partition(name: str) -> str:
-    """Add ``name`` to the Dagster instance's teacher partitions when ``$DAGSTER_HOME`` is set."""
-    if not os.environ.get("DAGSTER_HOME"):
-        return "Dagster partition: skipped ($DAGSTER_HOME not set; the sensor adds it when Dagster runs)"
-    from dagster import DagsterInstance
-
-    from pipelines.partitions import register_teachers
-
-    with DagsterInstance.get() as instance:
-        added = register_teachers(instance, (name,))
-    return f"Dagster partition {name!r}: {'added' if added else 'already present'}"
 
 
 @teacher_app.command("add")
@@ -75,7 +63,7 @@ def add(
     registry: RegistryOption = None,
     db: DbOption = None,
 ) -> None:
-    """Register (or update) a teacher: teachers.yaml, the warehouse teachers table, the Dagster partition."""
+    """Register (or update) a teacher in teachers.yaml; the warehouse teachers table is reconciled with it."""
     try:
         spec = TeacherSpec(
             name=name, provider=provider, model=model, base_url=base_url, api_key_env=api_key_env,
@@ -92,10 +80,12 @@ def add(
     changed = reg.add(spec)
     path = reg.save(registry or registry_path())
     with Warehouse(db or default_db_path()) as warehouse:
-        upsert_warehouse(warehouse, reg)
+        stale = reconcile_warehouse(warehouse, reg)
     console.print(f"{'registered' if changed else 'unchanged'} {name!r} in {path} (sha {spec.sha256[:12]})")
-    console.print(f"warehouse: teachers table updated in {db or default_db_path()}")
-    console.print(register_dagster_partition(name))
+    console.print(f"warehouse: teachers table reconciled with the registry in {db or default_db_path()}"
+                  + (f" (no longer registered: {', '.join(stale)})" if stale else ""))
+    console.print("Dagster: new_teacher_sensor adds the teacher's partition from the registry on its next tick "
+                  "(or run `evoharness init` now)")
     console.print(f"auto distillation: {'on (the sensor preflights it, then starts its run)' if auto_distill else 'off'}"
                   f"{'' if spec.max_spend_usd is None else f'; spend cap ${spec.max_spend_usd:g}'}")
     if spec.api_key_env and not os.environ.get(spec.api_key_env):

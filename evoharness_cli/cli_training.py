@@ -8,25 +8,37 @@ from typing import Annotated
 
 import typer
 
-from evoharness.cli_common import DbOption, print_table, progress_reporter, quiet_third_party
 from evoharness.evaluation.run import EVAL_SPLITS, EvaluationConfig, evaluate
 from evoharness.harness.prompts import Mode
 from evoharness.lineage import new_run_id
 from evoharness.training.grpo import GRPOSettings
 from evoharness.training.model_versions import (
     ModelVersion,
-    newest_sft_version,
+    teacher_datasets,
+    teacher_sft_versions,
     train_grpo_version,
     train_sft_version,
 )
 from evoharness.training.sft import SFTSettings
 from evoharness.training.tiny_student import STUDENT_PRESETS, TINY
 from evoharness.training.trainer_utils import LogCallback
+from evoharness_cli.cli_common import DbOption, console, print_table, progress_reporter, quiet_third_party
 from warehouse import Warehouse, default_db_path
 
 
+def choose(ids: list[str], what: str, owner: str) -> str:
+    """The first (newest) of ``ids``, said out loud, or a clear error when there is none."""
+    if not ids:
+        raise typer.BadParameter(f"no {what} for teacher {owner!r} yet")
+    console.print(f"{what}: {ids[0]} (the teacher's latest; choose another by id)")
+    return ids[0]
+
+
 def sft_command(
-    teacher: Annotated[str, typer.Option(help="Teacher whose newest curated dataset to train on.")] = "expert",
+    teacher: Annotated[str, typer.Option(help="Teacher whose latest curated dataset to train on (see --dataset).")
+                       ] = "expert",
+    dataset: Annotated[str | None, typer.Option(help="Dataset id to train on (e.g. sft@v2) [default: the "
+                                                     "teacher's latest].")] = None,
     base_model: Annotated[str, typer.Option(help="Hub id (e.g. Qwen/Qwen3-8B), local folder, or a student built "
                                                  f"here: {' | '.join(STUDENT_PRESETS)}.")] = TINY,
     epochs: Annotated[float | None, typer.Option(help="Passes over the training split [default: preset].")] = None,
@@ -49,14 +61,15 @@ def sft_command(
                                     prompt_set=prompt_set)
     with Warehouse(db or default_db_path()) as wh, training_progress("SFT steps", ("loss", "eval_loss")) as on_log:
         root = models_dir or str(wh.path.parent / "models")
-        version = train_sft_version(wh, teacher, settings, root, new_run_id(), on_log=on_log)
+        dataset_id = dataset or choose(teacher_datasets(wh, teacher), "dataset", teacher)
+        version = train_sft_version(wh, dataset_id, settings, root, new_run_id(), on_log=on_log)
     print_version(version)
 
 
 def grpo_command(
     teacher: Annotated[str, typer.Option(help="Teacher whose SFT student to start from.")] = "expert",
     parent_version: Annotated[str | None, typer.Option(help="SFT version to start from [default: the "
-                                                             "teacher's newest].")] = None,
+                                                             "teacher's latest].")] = None,
     games_per_step: Annotated[int | None, typer.Option(help="Train games per optimizer step.")] = None,
     num_generations: Annotated[int | None, typer.Option(help="Episodes per game (the GRPO group).")] = None,
     games_limit: Annotated[int | None, typer.Option(help="Train games to draw from [default: all].")] = None,
@@ -71,7 +84,7 @@ def grpo_command(
 ) -> None:
     """GRPO from an SFT model version: multi-turn rollouts in the environment with the cost-aware reward."""
     with Warehouse(db or default_db_path()) as wh:
-        parent = parent_version or newest_sft_version(wh, teacher)
+        parent = parent_version or choose(teacher_sft_versions(wh, teacher), "SFT version", teacher)
         base = wh.scalar("SELECT base_model FROM model_versions WHERE model_version = ?", [parent])
         settings = GRPOSettings.for_base(base, call_cost=call_cost, lora_r=lora_r, games_per_step=games_per_step,
                                          num_generations=num_generations, games_limit=games_limit,

@@ -8,28 +8,39 @@ from typing import Annotated
 
 import typer
 
-from evoharness.cli_common import DbOption, console, fail, print_table, quiet_third_party
 from evoharness.consolidation.audit import AUDIT_VIEWS, quality_gate, read_view
 from evoharness.consolidation.config import ConsolidationConfig, LLMSettings, QualityThresholds
 from evoharness.consolidation.pipeline import EpisodeOutcome, consolidate
 from evoharness.curation.build import curate
 from evoharness.curation.config import CurationConfig
 from evoharness.lineage import new_run_id
+from evoharness.stage_config import defaults
+from evoharness_cli.cli_common import DbOption, console, fail, print_table, quiet_third_party
 from warehouse import Warehouse, default_db_path
+
+CONSOLIDATE = defaults(ConsolidationConfig)  # the one declaration of the defaults: consolidation.config
+LLM = defaults(LLMSettings)
+CURATE = defaults(CurationConfig)  # the one declaration of the defaults: curation.config
 
 
 def consolidate_command(
-    teacher: Annotated[str, typer.Option(help="Teacher whose stored episodes to consolidate.")] = "expert",
-    consolidator: Annotated[str, typer.Option(help="rule (offline default) or llm.")] = "rule",
-    split: Annotated[list[str] | None, typer.Option(help="Source splits (repeatable). [default: train]")] = None,
-    limit: Annotated[int | None, typer.Option(help="At most N source episodes.")] = None,
-    engine: Annotated[str | None, typer.Option(help="Replay engine: textworld or fast.")] = None,
-    workers: Annotated[int | None, typer.Option(help="Replay worker processes [default: by engine].")] = None,
-    concurrency: Annotated[int, typer.Option(help="Episodes in flight.")] = 4,
-    batch_size: Annotated[int, typer.Option(help="Episodes per bank batch.")] = 25,
-    reconsolidate: Annotated[bool, typer.Option(help="Redo episodes already consolidated.")] = False,
+    teacher: Annotated[str, typer.Option(help="Teacher whose stored episodes to consolidate.")
+                       ] = CONSOLIDATE["teacher"],
+    consolidator: Annotated[str, typer.Option(help="rule (offline default) or llm.")] = CONSOLIDATE["consolidator"],
+    split: Annotated[list[str] | None, typer.Option(help="Source splits (repeatable). "
+                                                         f"[default: {CONSOLIDATE['splits']}]")] = None,
+    limit: Annotated[int | None, typer.Option(help="At most N source episodes.")] = CONSOLIDATE["limit"],
+    engine: Annotated[str | None, typer.Option(help="Replay engine: textworld or fast.")] = CONSOLIDATE["engine"],
+    workers: Annotated[int | None, typer.Option(help="Replay worker processes [default: by engine].")
+                       ] = CONSOLIDATE["workers"],
+    concurrency: Annotated[int, typer.Option(help="Episodes in flight.")] = CONSOLIDATE["concurrency"],
+    batch_size: Annotated[int, typer.Option(help="Episodes per bank batch.")] = CONSOLIDATE["batch_size"],
+    reconsolidate: Annotated[bool, typer.Option(help="Redo episodes already consolidated.")
+                             ] = CONSOLIDATE["reconsolidate"],
     llm_teacher: Annotated[str, typer.Option(help="LLM consolidator: registered teacher whose model annotates.")
-                           ] = "consolidator",
+                           ] = LLM["teacher"],
+    llm_max_attempts: Annotated[int, typer.Option(help="LLM calls per episode before it fails.")
+                                ] = LLM["max_attempts"],
     db: DbOption = None,
 ) -> None:
     """Replay stored episodes, annotate them with meta-actions, audit them, and evolve the skill bank."""
@@ -37,9 +48,10 @@ def consolidate_command(
     from evoharness.consolidation.rules import RuleConsolidator
 
     logging.basicConfig(level=logging.WARNING)
-    settings = LLMSettings(teacher=llm_teacher)
+    settings = LLMSettings(teacher=llm_teacher, max_attempts=llm_max_attempts)
     config = ConsolidationConfig(
-        teacher=teacher, consolidator=consolidator, splits=tuple(split or ['train']), limit=limit, engine=engine,  # type: ignore[arg-type]
+        teacher=teacher, consolidator=consolidator, splits=tuple(split or CONSOLIDATE["splits"]), limit=limit,  # type: ignore[arg-type]
+        engine=engine,
         workers=workers, concurrency=concurrency, batch_size=batch_size, reconsolidate=reconsolidate, llm=settings,
     )
     path = db or default_db_path()
@@ -95,19 +107,25 @@ def audit_command(
 
 
 def curate_command(
-    teacher: Annotated[str, typer.Option(help="Teacher partition.")] = "expert",
-    consolidator: Annotated[str, typer.Option(help="Whose examples.")] = "rule",
-    name: Annotated[str, typer.Option(help="Dataset name.")] = "sft",
-    max_tokens: Annotated[int, typer.Option(help="Token limit per example.")] = 4096,
-    tokenizer: Annotated[str | None, typer.Option(help="HF tokenizer path (default: bytes/4 estimate).")] = None,
-    output_dir: Annotated[str | None, typer.Option(help="Where datasets are saved.")] = None,
+    teacher: Annotated[str, typer.Option(help="Teacher partition.")] = CURATE["teacher"],
+    consolidator: Annotated[str, typer.Option(help="Whose examples.")] = CURATE["consolidator"],
+    name: Annotated[str | None, typer.Option(help="Dataset name [default: sft-<teacher>].")] = CURATE["name"],
+    max_tokens: Annotated[int, typer.Option(help="Token limit per example.")] = CURATE["max_tokens"],
+    tokenizer: Annotated[str | None, typer.Option(help="HF tokenizer path (default: bytes/4 estimate).")
+                         ] = CURATE["tokenizer"],
+    validation_fraction: Annotated[float, typer.Option(help="Share of games held out, by game.")
+                                   ] = CURATE["validation_fraction"],
+    balance_factor: Annotated[float, typer.Option(help="Cap per task type: factor × the rarest type's count.")
+                              ] = CURATE["balance_factor"],
+    output_dir: Annotated[str | None, typer.Option(help="Where datasets are saved.")] = CURATE["output_dir"],
     force: Annotated[bool, typer.Option(help="Curate even when the quality gate fails.")] = False,
     db: DbOption = None,
 ) -> None:
     """Build a curated Hugging Face SFT dataset from consolidated examples (train games only)."""
     quiet_third_party()
     config = CurationConfig(name=name, teacher=teacher, consolidator=consolidator, max_tokens=max_tokens,
-                            tokenizer=tokenizer, output_dir=output_dir)
+                            tokenizer=tokenizer, validation_fraction=validation_fraction,
+                            balance_factor=balance_factor, output_dir=output_dir)
     with Warehouse(db or default_db_path()) as wh:
         gate = quality_gate(wh, teacher, consolidator, QualityThresholds())
         if not gate.passed and not force:
