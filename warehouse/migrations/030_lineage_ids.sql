@@ -13,8 +13,9 @@ UPDATE episodes SET policy_kind = 'student', model_version = teacher
 WHERE teacher IN (SELECT model_version FROM model_versions);
 UPDATE episodes SET policy_kind = 'teacher' WHERE policy_kind IS NULL;
 
-DELETE FROM teachers WHERE name IN (SELECT model_version FROM model_versions);
+-- (ALTER before DELETE: DuckDB refuses to commit a transaction that deletes rows of a table and then alters it)
 ALTER TABLE teachers ADD COLUMN IF NOT EXISTS in_registry BOOLEAN DEFAULT true;
+DELETE FROM teachers WHERE name IN (SELECT model_version FROM model_versions);
 
 CREATE TABLE IF NOT EXISTS dataset_examples (
     dataset_id           VARCHAR NOT NULL,
