@@ -28,7 +28,9 @@ class VLLMServerGenerator(BatchGenerator):
             self._client = VLLMClient(base_url=self.base_url, connection_timeout=60.0)
         return self._client
 
-    def run_batch(self, prompts: list[list[int]], sampling: Sampling) -> list[list[int]]:
+    def run_batch(self, prompts: list[list[int]], sampling: Sampling,
+                  constraints: list[Any] | None = None) -> list[list[int]]:
+        """One batch on the server (action constraints are not applied there: the server samples freely)."""
         out = self.client().generate(prompts=prompts, n=1, temperature=sampling.temperature or 0.0,
                                      top_p=sampling.top_p, max_tokens=sampling.max_new_tokens, logprobs=None)
         self.batch_sizes.append(len(prompts))
