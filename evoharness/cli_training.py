@@ -183,4 +183,5 @@ def evaluate_command(
             result = evaluate(wh, config, new_run_id(), on_progress=on_progress)
         except LookupError as exc:
             raise typer.BadParameter(str(exc)) from exc
-    print_table(f"{model_version} ({mode.value}) beside its teacher", result.columns, result.rows)
+    shown = f" ({mode.value})" if mode is not None else ""  # None: the mode the student was trained in
+    print_table(f"{model_version}{shown} beside its teacher", result.columns, result.rows)
