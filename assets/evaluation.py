@@ -25,6 +25,9 @@ class EvaluationRunConfig(dg.Config):
     constrain_actions: bool = Field(default=True, description="Decode actions constrained to the admissible "
                                     "commands and meta-actions.")
     engine: str | None = Field(default=None, description="textworld or fast (None: library default).")
+    serve_url: str | None = Field(default=None, description="OpenAI-compatible server serving the version "
+                                  "(e.g. http://host:8000/v1); None: play in this process.")
+    served_model: str | None = Field(default=None, description="Model name on that server (None: the version id).")
 
 
 @dg.asset(
@@ -41,6 +44,7 @@ def student_evaluation(context: dg.AssetExecutionContext, config: EvaluationRunC
         mode=Mode(config.mode) if config.mode else None, constrain_actions=config.constrain_actions,
         max_steps=config.max_steps, max_tokens=config.max_tokens, temperature=config.temperature,
         concurrency=config.concurrency, engine=config.engine, data_root=alfworld.root(),
+        serve_url=config.serve_url, served_model=config.served_model,
     )
 
     def on_progress(split: str, done: int, total: int, record) -> None:  # type: ignore[no-untyped-def]

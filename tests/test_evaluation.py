@@ -57,11 +57,12 @@ def test_dagster_new_model_version_becomes_an_evaluation(curated_db: Path, tmp_p
     import assets.training as at
     from pipelines.definitions import defs
     from pipelines.partitions import MODEL_VERSION_PARTITIONS_NAME, register_teachers
-    from pipelines.resources import AlfworldResource, StudentResource, WarehouseResource
+    from pipelines.resources import AlfworldResource, StudentResource, TrainingLauncher, WarehouseResource
     from pipelines.sensors import new_model_version_sensor
 
     resources = {"warehouse": WarehouseResource(path=str(curated_db)), "alfworld": AlfworldResource(),
-                 "students": StudentResource(models_dir=str(tmp_path))}
+                 "students": StudentResource(models_dir=str(tmp_path)),
+                 "training": TrainingLauncher(), "pipes_client": dg.PipesSubprocessClient()}
     with dg.instance_for_test() as instance:
         register_teachers(instance)
         trained = dg.materialize([at.sft_student], instance=instance, partition_key="expert", resources=resources,
@@ -84,3 +85,32 @@ def test_dagster_new_model_version_becomes_an_evaluation(curated_db: Path, tmp_p
 
         idle = new_model_version_sensor(dg.build_sensor_context(instance=instance, definitions=defs))
         assert not idle.run_requests
+
+
+def test_evaluate_against_a_served_model_writes_a_normal_evaluation(curated_db: Path, tmp_path: Path) -> None:
+    """`evoharness evaluate --serve-url`: the version is played by an OpenAI-compatible server (here the loopback
+    server with a walkthrough player standing in for `vllm serve`), through the openai_compatible client."""
+    from typer.testing import CliRunner
+
+    from evoharness.cli import app
+    from evoharness.testing.alfworld_player import WalkthroughPlayer
+    from evoharness.testing.loopback import LoopbackServer
+
+    with Warehouse(curated_db) as wh:
+        version = train_sft_version(wh, "expert", TINY_TRAINING, tmp_path, "train").model_version
+    with LoopbackServer(WalkthroughPlayer.for_split("valid_seen", 2)) as server:
+        result = CliRunner().invoke(app, [
+            "evaluate", "--model-version", version, "--serve-url", server.openai_base_url, "--split", "valid_seen",
+            "--limit", "2", "--max-steps", "40", "--engine", "fast", "--db", str(curated_db)])
+        calls, url = list(server.calls), server.openai_base_url
+    assert result.exit_code == 0, result.output
+    assert calls and {c.body["model"] for c in calls} == {version}  # the served model is named by its version
+    with Warehouse(curated_db) as wh:
+        episodes = wh.con.execute("SELECT e.status, e.won, t.provider, t.base_url FROM episodes e JOIN teachers t "
+                                  "ON t.name = e.teacher WHERE e.teacher = ?", [version]).fetchall()
+        rows = wh.con.execute("SELECT policy, split, episodes, success_rate FROM policy_evaluation "
+                              "WHERE policy = ? AND task_type = 'ALL'", [version]).fetchall()
+    assert len(episodes) == 2 and {e[:1] + e[2:] for e in episodes} == {
+        ("finished", "openai_compatible", url.rstrip("/"))}
+    assert rows == [(version, "valid_seen", 2, sum(e[1] for e in episodes) / 2)]
+    assert version in result.output  # printed beside its teacher
