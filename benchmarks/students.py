@@ -23,6 +23,7 @@ import duckdb
 RESULTS = Path(__file__).resolve().parent / "results" / "students.json"
 SFT_STEPS = "1300"
 GRPO_STEPS = "30"
+SPLIT_GAMES = {"valid_seen": 140, "valid_unseen": 134}  # an evaluation stopped early says so (resumable)
 DATA = [
     ["evoharness", "collect", "--teacher", "expert", "--split", "train", "--limit", "900"],
     ["evoharness", "consolidate", "--teacher", "expert"],
@@ -69,8 +70,9 @@ def evaluation(db: str, policy: str) -> dict[str, dict[str, float]]:
             "WHERE teacher = ? AND status = 'finished' AND max_steps = 70 GROUP BY split", [policy]).fetchall()
     finally:
         con.close()
-    return {split: {"episodes": n, "success": round(won, 4), "mean_steps": round(steps, 2),
-                    "harness_calls": round(calls, 3)} for split, n, won, steps, calls in rows}
+    return {split: {"episodes": n, "games_in_split": SPLIT_GAMES[split], "complete": n == SPLIT_GAMES[split],
+                    "success": round(won, 4), "mean_steps": round(steps, 2), "harness_calls": round(calls, 3)}
+            for split, n, won, steps, calls in rows}
 
 
 def write_results(db: str, commands: dict[str, list[list[str]]]) -> None:

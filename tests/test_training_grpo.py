@@ -174,7 +174,8 @@ def test_grpo_resumes_after_a_kill_and_ends_with_the_same_model(tiny_grpo, tmp_p
 
     from safetensors.torch import load_file
 
-    from evoharness.training.grpo import newest_checkpoint, train_grpo
+    from evoharness.training.grpo import train_grpo
+    from evoharness.training.trainer_utils import newest_checkpoint
 
     model_dir, fixed, _ = tiny_grpo
     fixed.save(tmp_path / "rollouts.pkl")

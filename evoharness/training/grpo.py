@@ -30,7 +30,13 @@ from evoharness.training.reward import RewardConfig, TrajectoryStats, reward_fun
 from evoharness.training.rollout import Rollout, RolloutEngine
 from evoharness.training.student_card import read_student_card, student_prompt_set, write_student_card
 from evoharness.training.tiny_student import TINY, is_local_preset
-from evoharness.training.trainer_utils import LogCallback, LoraSettings, route_logs, save_trained
+from evoharness.training.trainer_utils import (
+    LogCallback,
+    LoraSettings,
+    newest_checkpoint,
+    route_logs,
+    save_trained,
+)
 
 
 class GRPOSettings(BaseModel):
@@ -499,7 +505,3 @@ def rollout_engine(settings: GRPOSettings, bank: ExperienceBankData | None, data
     )
 
 
-def newest_checkpoint(folder: Path) -> str | None:
-    """The newest complete ``checkpoint-N`` in ``folder`` (its trainer state written), or None."""
-    done = [c for c in folder.glob("checkpoint-*") if (c / "trainer_state.json").is_file()]
-    return str(max(done, key=lambda c: int(c.name.rsplit("-", 1)[1]))) if done else None

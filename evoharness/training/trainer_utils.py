@@ -72,3 +72,10 @@ def save_trained(trainer: Any, tokenizer: Any, model_dir: Path, merged_lora: boo
         tokenizer.save_pretrained(model_dir)
     trainer.accelerator.wait_for_everyone()
     return trained
+
+
+def newest_checkpoint(folder: Path) -> str | None:
+    """The newest complete ``checkpoint-N`` in ``folder``, or None. The Trainer writes ``trainer_state.json``
+    last, so a run killed while saving leaves a checkpoint without it, which is skipped."""
+    done = [c for c in folder.glob("checkpoint-*") if (c / "trainer_state.json").is_file()]
+    return str(max(done, key=lambda c: int(c.name.rsplit("-", 1)[1]))) if done else None
