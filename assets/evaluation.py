@@ -6,10 +6,12 @@ import dagster as dg
 from pydantic import Field
 
 from assets.lineage import ASSET_CODE_VERSION, collection_lineage, id_metadata
+from assets.training import grpo_curves
 from evoharness.evaluation.run import EvaluationConfig, evaluate
 from evoharness.harness.prompts import Mode
 from evoharness.reporting.charts import bar_chart_png, markdown_image, markdown_table
 from evoharness.stage_config import defaults
+from evoharness.training.model_versions import stored_version
 from pipelines.partitions import model_version_partitions
 from pipelines.resources import AlfworldResource, WarehouseResource
 
@@ -33,6 +35,10 @@ class EvaluationRunConfig(dg.Config):
                                     "constrained to the admissible commands and meta-actions.")
     engine: str | None = Field(default=DEFAULTS["engine"], description="textworld or fast (None: library "
                                "default).")
+    serve_url: str | None = Field(default=DEFAULTS["serve_url"], description="OpenAI-compatible server serving "
+                                  "the version (e.g. http://host:8000/v1); None: play in this process.")
+    served_model: str | None = Field(default=DEFAULTS["served_model"], description="Model name on that server "
+                                     "(None: the version id).")
 
 
 @dg.asset(
@@ -51,6 +57,7 @@ def student_evaluation(context: dg.AssetExecutionContext, config: EvaluationRunC
         mode=Mode(config.mode) if config.mode else None, constrain_actions=config.constrain_actions,
         max_steps=config.max_steps, max_tokens=config.max_tokens, temperature=config.temperature,
         concurrency=config.concurrency, engine=config.engine, data_root=alfworld.root(),
+        serve_url=config.serve_url, served_model=config.served_model,
     )
 
     def on_progress(split: str, done: int, total: int, record) -> None:  # type: ignore[no-untyped-def]
@@ -61,6 +68,7 @@ def student_evaluation(context: dg.AssetExecutionContext, config: EvaluationRunC
         result = evaluate(wh, evaluation, context.run.run_id, on_progress=on_progress)
         trained = wh.con.execute("SELECT teacher, stage, dataset_id, parent_version FROM model_versions "
                                  "WHERE model_version = ?", [context.partition_key]).fetchone()
+        version = stored_version(wh, context.partition_key)
     index = {c: i for i, c in enumerate(result.columns)}
     student_rows = [r for r in result.rows
                     if r[index["policy"]] == result.model_version and r[index["task_type"]] != "ALL"]
@@ -69,7 +77,7 @@ def student_evaluation(context: dg.AssetExecutionContext, config: EvaluationRunC
         id_metadata(dict(zip(("distilled_from", "stage", "dataset_id", "parent_version"), trained or ()))) | {
         "evaluation": dg.MetadataValue.md(markdown_table(result.columns, result.rows)),
         "episodes_written": dg.MetadataValue.int(sum(r.written for r in result.by_split.values())),
-    }
+    } | (grpo_curves(version) if version else {})  # a GRPO version's training curves beside how it plays
     for split in config.splits:
         rate = result.success_rate(split)
         if rate is not None:

@@ -1,5 +1,9 @@
 """Students as model versions: ``sft_student`` (TRL SFT on the dataset that ``sft_dataset`` materialized) and
-``grpo_student`` (TRL GRPO with multi-turn rollouts from that SFT version), inputs named by id."""
+``grpo_student`` (TRL GRPO with multi-turn rollouts from that SFT version), inputs named by id.
+
+Training runs in a child process launched through Dagster Pipes (the ``training`` resource and the
+``pipes_client`` resource): this process plans the job and stores the model version from the warehouse, and
+never imports torch; the child streams its progress and reports its result back."""
 
 
 
@@ -8,16 +12,19 @@ from pydantic import Field
 
 from assets.lineage import ASSET_CODE_VERSION, id_metadata, required_upstream
 from evoharness.reporting.charts import line_chart_png, markdown_image, markdown_table
+from evoharness.reporting.training_curves import grpo_curve_table, grpo_curves_png
 from evoharness.training.grpo import GRPOSettings
 from evoharness.training.model_versions import (
     ModelVersion,
-    train_grpo_version,
-    train_sft_version,
+    TrainingJob,
+    plan_grpo_version,
+    plan_sft_version,
+    store_training_result,
 )
 from evoharness.training.sft import SFTSettings
 from evoharness.training.tiny_student import TINY
 from pipelines.partitions import register_model_version, teacher_partitions
-from pipelines.resources import AlfworldResource, StudentResource, WarehouseResource
+from pipelines.resources import AlfworldResource, StudentResource, TrainingLauncher, WarehouseResource
 
 
 class SFTRunConfig(dg.Config):
@@ -57,24 +64,29 @@ class SFTRunConfig(dg.Config):
                     "logged training loss.")],
 )
 def sft_student(context: dg.AssetExecutionContext, config: SFTRunConfig, warehouse: WarehouseResource,
-                students: StudentResource) -> dg.MaterializeResult:
+                students: StudentResource, training: TrainingLauncher,
+                pipes_client: dg.PipesSubprocessClient) -> dg.MaterializeResult:
     settings = config.settings(students.base())
-
-    def on_log(logs: dict[str, float], step: int, max_steps: int) -> None:
-        shown = {k: round(v, 4) for k, v in logs.items() if k in ("loss", "eval_loss", "mean_token_accuracy")}
-        if shown:
-            context.log.info("step %d/%d %s", step, max_steps, shown)
-
     dataset_id = required_upstream(context, "sft_dataset", "dataset_id", config.dataset_id)
     with warehouse.open() as wh:
-        version = train_sft_version(wh, dataset_id, settings, students.models_root(wh), context.run.run_id,
-                                    on_log=on_log)
+        planned = plan_sft_version(wh, dataset_id, settings, students.models_root(wh), context.run.run_id)
+    version = trained(context, warehouse, training, pipes_client, planned)
     register_model_version(context.instance, version.model_version)
     row = version.row
     chart = line_chart_png({"train loss": row["loss_history"], "validation loss": row["eval_history"]},
                            f"{version.model_version}: SFT loss", "optimizer step", "loss")
     metadata = version_metadata(version) | {"loss_curve": dg.MetadataValue.md(markdown_image(chart, "SFT loss"))}
     return dg.MaterializeResult(metadata=metadata, check_results=[learned_check(version)])
+
+
+def trained(context: dg.AssetExecutionContext, warehouse: WarehouseResource, training: TrainingLauncher,
+            pipes_client: dg.PipesSubprocessClient, planned: ModelVersion | TrainingJob) -> ModelVersion:
+    """The stored version, or the planned job trained in the child process and stored now."""
+    if isinstance(planned, ModelVersion):
+        return planned
+    result = training.run(context, pipes_client, planned)  # the warehouse is not held meanwhile
+    with warehouse.open() as wh:
+        return store_training_result(wh, planned, result)
 
 
 def version_metadata(version: ModelVersion) -> dict[str, dg.MetadataValue]:
@@ -124,6 +136,9 @@ class GRPORunConfig(dg.Config):
     call_cost: float | None = Field(default=None, description="λ_call per harness call (paper 0; alternative 0.05).")
     diversity_max: float | None = Field(default=None, description="λ_max of the annealed diversity bonus.")
     lora_r: int | None = Field(default=None, description="LoRA rank (alpha = 2r); None or 0: full fine-tuning.")
+    per_device_train_batch_size: int | None = Field(default=None, description="Turn samples per forward pass.")
+    save_steps: int | None = Field(default=None, description="Checkpoint every N steps (a rerun resumes).")
+    vllm_server_url: str | None = Field(default=None, description="Generate rollouts on a `trl vllm-serve` server.")
     seed: int = 0
     engine: str | None = Field(default=None, description="Rollout engine (None: the fast engine).")
 
@@ -141,34 +156,32 @@ class GRPORunConfig(dg.Config):
         description="Every logged step played its rollouts without a failed episode.")],
 )
 def grpo_student(context: dg.AssetExecutionContext, config: GRPORunConfig, alfworld: AlfworldResource,
-                 warehouse: WarehouseResource, students: StudentResource) -> dg.MaterializeResult:
-    def on_log(logs: dict[str, float], step: int, max_steps: int) -> None:
-        keys = ("reward", "episode/success", "episode/harness_calls", "loss", "kl")
-        shown = {k: round(logs[k], 4) for k in keys if k in logs}
-        if shown:
-            context.log.info("step %d/%d %s", step, max_steps, shown)
-
+                 warehouse: WarehouseResource, students: StudentResource, training: TrainingLauncher,
+                 pipes_client: dg.PipesSubprocessClient) -> dg.MaterializeResult:
     parent = required_upstream(context, "sft_student", "model_version", config.parent_version)
     with warehouse.open() as wh:
         base = wh.scalar("SELECT base_model FROM model_versions WHERE model_version = ?", [parent])
         settings = GRPOSettings.for_base(base, **config.model_dump(exclude={"parent_version", "engine"}))
-        version = train_grpo_version(wh, parent, settings, students.models_root(wh), context.run.run_id,
-                                     on_log=on_log, data_root=alfworld.root(), engine=config.engine)
+        planned = plan_grpo_version(wh, parent, settings, students.models_root(wh), context.run.run_id,
+                                    data_root=alfworld.root(), engine=config.engine)
+    version = trained(context, warehouse, training, pipes_client, planned)
     register_model_version(context.instance, version.model_version)
     history = version.row["rollout_history"] or []
-    curves = {name: [(h["step"], h[key]) for h in history if key in h]
-              for name, key in (("mean reward", "reward"), ("success", "episode/success"),
-                                ("harness calls / episode", "episode/harness_calls"))}
-    chart = line_chart_png(curves, f"{version.model_version}: GRPO rollouts", "optimizer step", "value")
-    terms = [(k.removeprefix("rewards/").removesuffix("/mean"), round(v, 4))
-             for k, v in (history[-1] if history else {}).items() if k.startswith("rewards/") and k.endswith("/mean")]
-    metadata = version_metadata(version) | {
-        "parent_version": dg.MetadataValue.text(parent),
-        "rollout_curves": dg.MetadataValue.md(markdown_image(chart, "GRPO rollouts")),
-        "reward_terms_last_step": dg.MetadataValue.md(markdown_table(["term", "mean"], terms)),
-    }
+    metadata = version_metadata(version) | {"parent_version": dg.MetadataValue.text(parent)} | grpo_curves(version)
     failed = [h.get("episode/failed", 0.0) for h in history]
     check = dg.AssetCheckResult(check_name="grpo_rollouts_healthy", passed=bool(history) and not any(failed),
                                 metadata={"logged_steps": dg.MetadataValue.int(len(history)),
                                           "max_failed_share": dg.MetadataValue.float(max(failed, default=0.0))})
     return dg.MaterializeResult(metadata=metadata, check_results=[check])
+
+
+def grpo_curves(version: ModelVersion) -> dict[str, dg.MetadataValue]:
+    """The harness-annealing plot and table of a GRPO version (success, harness calls per episode and reward
+    terms by step); empty for other versions."""
+    history = version.row.get("rollout_history") or []
+    if not history:
+        return {}
+    columns, rows = grpo_curve_table(history)
+    return {"rollout_curves": dg.MetadataValue.md(markdown_image(grpo_curves_png(version.model_version, history),
+                                                                 "GRPO by step")),
+            "rollout_curve_table": dg.MetadataValue.md(markdown_table(columns, rows))}

@@ -22,7 +22,10 @@ import duckdb
 
 RESULTS = Path(__file__).resolve().parent / "results" / "students.json"
 SFT_STEPS = "1300"
-GRPO_STEPS = "30"
+GRPO_SETTINGS = ["--max-steps", "24", "--games-per-step", "2", "--num-generations", "4", "--learning-rate", "1e-4",
+                 "--save-steps", "4"]  # ~3 min a step on one core: 8 episodes of <= 50 turns, then one update
+CURVES = RESULTS.parent / "grpo_curves.png"
+SPLIT_GAMES = {"valid_seen": 140, "valid_unseen": 134}  # an evaluation stopped early says so (resumable)
 DATA = [
     ["evoharness", "collect", "--teacher", "expert", "--split", "train", "--limit", "900"],
     ["evoharness", "consolidate", "--teacher", "expert"],
@@ -45,7 +48,8 @@ def run(command: list[str]) -> None:
 def versions(db: str) -> list[dict]:
     con = duckdb.connect(db, read_only=True)
     try:
-        cursor = con.execute("SELECT model_version, stage, parent_version, settings, parameters, seconds, tokens_seen "
+        cursor = con.execute("SELECT model_version, stage, parent_version, settings, parameters, seconds, tokens_seen, "
+                             "rollout_history "
                              "FROM model_versions WHERE base_model = 'small' ORDER BY created_at")
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
@@ -69,8 +73,20 @@ def evaluation(db: str, policy: str) -> dict[str, dict[str, float]]:
             "WHERE teacher = ? AND status = 'finished' AND max_steps = 70 GROUP BY split", [policy]).fetchall()
     finally:
         con.close()
-    return {split: {"episodes": n, "success": round(won, 4), "mean_steps": round(steps, 2),
-                    "harness_calls": round(calls, 3)} for split, n, won, steps, calls in rows}
+    return {split: {"episodes": n, "games_in_split": SPLIT_GAMES[split], "complete": n == SPLIT_GAMES[split],
+                    "success": round(won, 4), "mean_steps": round(steps, 2), "harness_calls": round(calls, 3)}
+            for split, n, won, steps, calls in rows}
+
+
+def grpo_curve(row: dict) -> dict:
+    """The GRPO run's per-step curve (success, harness calls per episode, reward terms), also drawn as a PNG."""
+    from evoharness.reporting.charts import save_png
+    from evoharness.reporting.training_curves import grpo_curve_table, grpo_curves_png
+
+    history = json.loads(row["rollout_history"] or "[]")
+    save_png(grpo_curves_png(row["model_version"], history), CURVES)
+    columns, rows = grpo_curve_table(history)
+    return {"curve_png": str(CURVES.relative_to(RESULTS.parents[2])), "curve_columns": columns, "curve": rows}
 
 
 def write_results(db: str, commands: dict[str, list[list[str]]]) -> None:
@@ -80,8 +96,10 @@ def write_results(db: str, commands: dict[str, list[list[str]]]) -> None:
         name = row["model_version"]
         view = "bpe" if row["stage"] == "grpo" else settings.get("view", "bpe")
         runs.append({"name": name, "stage": row["stage"], "mode": view, "parameters": row["parameters"],
-                     "train_seconds": round(row["seconds"], 1), "tokens_seen": row["tokens_seen"],
-                     **evaluation(db, name), "command": [" ".join(c) for c in commands.get(name, [])]})
+                     "parent_version": row["parent_version"], "train_seconds": round(row["seconds"], 1),
+                     "tokens_seen": row["tokens_seen"], **evaluation(db, name),
+                     **(grpo_curve(row) if row["stage"] == "grpo" else {}),
+                     "command": [" ".join(c) for c in commands.get(name, [])]})
     RESULTS.write_text(json.dumps({"command": "python benchmarks/students.py", "runs": runs}, indent=1) + "\n")
     print(f"wrote {RESULTS}")
 
@@ -106,12 +124,15 @@ def main() -> None:
     if "evaluate" in args.stages:
         for version in students.values():
             run(["evoharness", "evaluate", "--model-version", version])
+    grpo = ["evoharness", "grpo", "--parent-version", students.get("bpe", "?"), *GRPO_SETTINGS]
     if "grpo" in args.stages:
-        grpo = ["evoharness", "grpo", "--parent-version", students["bpe"], "--max-steps", GRPO_STEPS]
         run(grpo)
-        child = [r["model_version"] for r in versions(db) if r["parent_version"] == students["bpe"]][-1]
-        run(["evoharness", "evaluate", "--model-version", child])
-        commands[child] = [*commands[students["bpe"]][:-1], grpo, ["evoharness", "evaluate", "--model-version", child]]
+    children = [r["model_version"] for r in versions(db) if students and r["parent_version"] == students["bpe"]]
+    if children:
+        evaluate_child = ["evoharness", "evaluate", "--model-version", children[-1]]
+        if "grpo" in args.stages:
+            run(evaluate_child)
+        commands[children[-1]] = [*commands[students["bpe"]][:-1], grpo, evaluate_child]
     if "results" in args.stages:
         write_results(db, commands)
 

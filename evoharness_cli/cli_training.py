@@ -14,6 +14,10 @@ from evoharness.lineage import new_run_id
 from evoharness.training.grpo import GRPOSettings
 from evoharness.training.model_versions import (
     ModelVersion,
+    TrainingJob,
+    plan_grpo_version,
+    plan_sft_version,
+    store_training_result,
     teacher_datasets,
     teacher_sft_versions,
     train_grpo_version,
@@ -53,17 +57,36 @@ def sft_command(
     prompt_set: Annotated[str | None, typer.Option(help="Re-render every turn with this prompt set [default: "
                                                         "the preset's; the stored rendering for hub models].")] = None,
     models_dir: Annotated[str | None, typer.Option(help="[default: <warehouse folder>/models]")] = None,
+    launch: Annotated[str | None, typer.Option(help=LAUNCH_HELP)] = None,
     db: DbOption = None,
 ) -> None:
     """Fine-tune a student with TRL (SFT) and record it as a model version (same dataset + settings: reused)."""
     settings = SFTSettings.for_base(base_model, lora_r=lora_r, epochs=epochs, learning_rate=learning_rate,
                                     batch_size=batch_size, max_length=max_length, max_steps=max_steps, view=view,
                                     prompt_set=prompt_set)
-    with Warehouse(db or default_db_path()) as wh, training_progress("SFT steps", ("loss", "eval_loss")) as on_log:
+    with Warehouse(db or default_db_path()) as wh:
         root = models_dir or str(wh.path.parent / "models")
         dataset_id = dataset or choose(teacher_datasets(wh, teacher), "dataset", teacher)
-        version = train_sft_version(wh, dataset_id, settings, root, new_run_id(), on_log=on_log)
+        if launch is not None:
+            version = launched(wh, plan_sft_version(wh, dataset_id, settings, root, new_run_id()), launch)
+        else:
+            with training_progress("SFT steps", ("loss", "eval_loss")) as on_log:
+                version = train_sft_version(wh, dataset_id, settings, root, new_run_id(), on_log=on_log)
     print_version(version)
+
+
+LAUNCH_HELP = ("Train in child processes started by this command, e.g. 'accelerate launch --config_file "
+               "configs/accelerate/zero3.yaml' ('' : one child process); the warehouse stays in this process.")
+
+
+def launched(wh: Warehouse, planned: ModelVersion | TrainingJob, launch: str) -> ModelVersion:
+    """The stored version, or the planned job trained by ``launch`` and stored."""
+    if isinstance(planned, ModelVersion):
+        return planned
+    from evoharness.training.job_runner import launch_job
+
+    wh.release()
+    return store_training_result(wh, planned, launch_job(planned, launch))
 
 
 def grpo_command(
@@ -79,20 +102,33 @@ def grpo_command(
     max_new_tokens: Annotated[int | None, typer.Option(help="Completion tokens per turn.")] = None,
     call_cost: Annotated[float | None, typer.Option(help="λ_call per harness call [default: 0].")] = None,
     lora_r: Annotated[int | None, typer.Option(help="LoRA rank, alpha = 2r [default: full fine-tuning].")] = None,
+    per_device_train_batch_size: Annotated[int | None, typer.Option(help="Turn samples per forward pass "
+                                                                         "[default: 8].")] = None,
+    save_steps: Annotated[int | None, typer.Option(help="Checkpoint every N steps; a rerun resumes "
+                                                        "[default: 10].")] = None,
+    vllm_server_url: Annotated[str | None, typer.Option(help="Generate rollouts on a `trl vllm-serve` server "
+                                                             "(GPU) [default: in-process generate].")] = None,
     models_dir: Annotated[str | None, typer.Option(help="[default: <warehouse folder>/models]")] = None,
+    launch: Annotated[str | None, typer.Option(help=LAUNCH_HELP)] = None,
     db: DbOption = None,
 ) -> None:
-    """GRPO from an SFT model version: multi-turn rollouts in the environment with the cost-aware reward."""
+    """GRPO from an SFT model version: multi-turn rollouts in the environment with the cost-aware reward.
+    With --launch it trains under `accelerate launch` (see configs/accelerate)."""
     with Warehouse(db or default_db_path()) as wh:
         parent = parent_version or choose(teacher_sft_versions(wh, teacher), "SFT version", teacher)
         base = wh.scalar("SELECT base_model FROM model_versions WHERE model_version = ?", [parent])
         settings = GRPOSettings.for_base(base, call_cost=call_cost, lora_r=lora_r, games_per_step=games_per_step,
                                          num_generations=num_generations, games_limit=games_limit,
                                          max_steps=max_steps, learning_rate=learning_rate,
-                                         episode_steps=episode_steps, max_new_tokens=max_new_tokens)
-        with training_progress("GRPO steps", ("reward", "episode/success", "episode/harness_calls")) as on_log:
-            root = models_dir or str(wh.path.parent / "models")
-            version = train_grpo_version(wh, parent, settings, root, new_run_id(), on_log=on_log)
+                                         episode_steps=episode_steps, max_new_tokens=max_new_tokens,
+                                         per_device_train_batch_size=per_device_train_batch_size,
+                                         save_steps=save_steps, vllm_server_url=vllm_server_url)
+        root = models_dir or str(wh.path.parent / "models")
+        if launch is not None:
+            version = launched(wh, plan_grpo_version(wh, parent, settings, root, new_run_id()), launch)
+        else:
+            with training_progress("GRPO steps", ("reward", "episode/success", "episode/harness_calls")) as on_log:
+                version = train_grpo_version(wh, parent, settings, root, new_run_id(), on_log=on_log)
     print_version(version)
 
 
@@ -129,12 +165,18 @@ def evaluate_command(
     constrain_actions: Annotated[bool, typer.Option(help="Decode actions constrained to admissible commands and "
                                                          "meta-actions.")] = True,
     engine: Annotated[str | None, typer.Option(help="textworld or fast (default: the library default).")] = None,
+    serve_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server serving the version (vllm serve, "
+                                                       "SGLang, TGI), e.g. http://host:8000/v1 [default: play "
+                                                       "in this process].")] = None,
+    served_model: Annotated[str | None, typer.Option(help="Model name on that server [default: the model "
+                                                          "version id].")] = None,
     db: DbOption = None,
 ) -> None:
     """Play a model version on the evaluation splits (resumable) and print it beside its teacher."""
     config = EvaluationConfig(model_version=model_version, splits=tuple(split or EVAL_SPLITS), limit=limit,
                               mode=mode, max_steps=max_steps, max_tokens=max_tokens, concurrency=concurrency,
-                              engine=engine, constrain_actions=constrain_actions)
+                              engine=engine, constrain_actions=constrain_actions, serve_url=serve_url,
+                              served_model=served_model)
     quiet_third_party()
     with Warehouse(db or default_db_path()) as wh, progress_reporter(f"{model_version} evaluation") as update:
 

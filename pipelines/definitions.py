@@ -10,7 +10,7 @@ import assets.episodes
 import assets.evaluation
 import assets.games
 import assets.training
-from pipelines.resources import AlfworldResource, StudentResource, WarehouseResource
+from pipelines.resources import AlfworldResource, StudentResource, TrainingLauncher, WarehouseResource
 from pipelines.sensors import (
     distill_teacher_job,
     evaluate_student_job,
@@ -24,7 +24,8 @@ ASSET_MODULES = [assets.games, assets.episodes, assets.consolidation, assets.cur
 defs = dg.Definitions(
     assets=dg.load_assets_from_modules(ASSET_MODULES),
     asset_checks=dg.load_asset_checks_from_modules(ASSET_MODULES),
-    resources={"warehouse": WarehouseResource(), "alfworld": AlfworldResource(), "students": StudentResource()},
+    resources={"warehouse": WarehouseResource(), "alfworld": AlfworldResource(), "students": StudentResource(),
+               "training": TrainingLauncher(), "pipes_client": dg.PipesSubprocessClient()},
     jobs=[distill_teacher_job, evaluate_student_job],
     sensors=[new_teacher_sensor, new_model_version_sensor],
 )

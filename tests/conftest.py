@@ -68,3 +68,20 @@ def subprocess_env() -> dict[str, str]:
     """The environment for a child Python process: this checkout first on ``PYTHONPATH``, so the child runs
     this worktree's code (not the installed copy)."""
     return os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+
+
+@pytest.fixture(scope="session")
+def tiny_grpo(tmp_path_factory: pytest.TempPathFactory, catalog) -> tuple[Path, object, list[str]]:
+    """A randomly initialised tiny student and fixed expert rollouts of its first two train games, a group of two
+    (a 30-step and a 4-step budget, so the group's rewards differ): (model folder, FixedRollouts, game ids)."""
+    from transformers import AutoTokenizer
+
+    from evoharness.training.fixed_rollouts import record_expert_rollouts
+    from evoharness.training.tiny_student import TinyStudentSpec, build_tiny_student
+
+    games = [g.game_id for g in catalog.games("train", 2)]
+    corpus = [p.read_text() for p in (REPO / "teacher_prompts" / "alfworld").glob("*.j2")]
+    model_dir = build_tiny_student(tmp_path_factory.mktemp("grpo") / "model", corpus, TinyStudentSpec(vocab_size=512))
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    fixed = record_expert_rollouts(games, tokenizer, group=2, budgets=(30, 4), prompt_tokens=48, completion_tokens=16)
+    return model_dir, fixed, games

@@ -99,3 +99,32 @@ def test_cli_trained_version_gets_an_evaluation_run_on_the_next_sensor_tick(cura
         idle = new_model_version_sensor(dg.build_sensor_context(instance=instance, definitions=defs,
                                                                  resources=resources))
         assert not idle.run_requests and not idle.dynamic_partitions_requests
+
+
+def test_evaluate_against_a_served_model_writes_a_normal_evaluation(curated_db: Path, tmp_path: Path) -> None:
+    """`evoharness evaluate --serve-url`: the version is played by an OpenAI-compatible server (here the loopback
+    server with a walkthrough player standing in for `vllm serve`), through the openai_compatible client."""
+    from typer.testing import CliRunner
+
+    from evoharness.testing.alfworld_player import WalkthroughPlayer
+    from evoharness.testing.loopback import LoopbackServer
+    from evoharness_cli.cli import app
+
+    with Warehouse(curated_db) as wh:
+        version = train_sft_version(wh, teacher_datasets(wh, "expert")[0], TINY_TRAINING, tmp_path,
+                                    "train").model_version
+    with LoopbackServer(WalkthroughPlayer.for_split("valid_seen", 2)) as server:
+        result = CliRunner().invoke(app, [
+            "evaluate", "--model-version", version, "--serve-url", server.openai_base_url, "--split", "valid_seen",
+            "--limit", "2", "--max-steps", "40", "--engine", "fast", "--db", str(curated_db)])
+        calls = list(server.calls)
+    assert result.exit_code == 0, result.output
+    assert calls and {c.body["model"] for c in calls} == {version}  # the served model is named by its version
+    with Warehouse(curated_db) as wh:
+        episodes = wh.con.execute("SELECT status, won, policy_kind, model_version FROM episodes WHERE teacher = ?",
+                                  [version]).fetchall()
+        rows = wh.con.execute("SELECT policy, split, episodes, success_rate FROM policy_evaluation "
+                              "WHERE policy = ? AND task_type = 'ALL'", [version]).fetchall()
+    assert len(episodes) == 2 and {e[:1] + e[2:] for e in episodes} == {("finished", "student", version)}
+    assert rows == [(version, "valid_seen", 2, sum(e[1] for e in episodes) / 2)]
+    assert version in result.output  # printed beside its teacher

@@ -44,12 +44,13 @@ def overlapped(tmp_path_factory: pytest.TempPathFactory, alfworld_data: Path) ->
     import assets.curation as cu
     import assets.episodes as ae
     import assets.training as at
-    from pipelines.resources import AlfworldResource, StudentResource, WarehouseResource
+    from pipelines.resources import AlfworldResource, StudentResource, TrainingLauncher, WarehouseResource
 
     folder = tmp_path_factory.mktemp("lineage")
     db = folder / "w.duckdb"
     resources = {"warehouse": WarehouseResource(path=str(db)), "alfworld": AlfworldResource(),
-                 "students": StudentResource(models_dir=str(folder / "models"))}
+                 "students": StudentResource(models_dir=str(folder / "models")),
+                 "training": TrainingLauncher(), "pipes_client": dg.PipesSubprocessClient()}
     mp = pytest.MonkeyPatch()
     with LoopbackServer(WalkthroughPlayer.for_split("train", limit=6)) as server:
         registry = write_registry(folder / "teachers.yaml",

@@ -83,10 +83,11 @@ def test_grpo_version_plays_trains_and_is_reused(curated_db: Path, tmp_path: Pat
 def test_dagster_grpo_student_registers_a_model_version(curated_db: Path, tmp_path: Path) -> None:
     import assets.training as at
     from pipelines.partitions import MODEL_VERSION_PARTITIONS_NAME, register_teachers
-    from pipelines.resources import AlfworldResource, StudentResource, WarehouseResource
+    from pipelines.resources import AlfworldResource, StudentResource, TrainingLauncher, WarehouseResource
 
     resources = {"warehouse": WarehouseResource(path=str(curated_db)), "alfworld": AlfworldResource(),
-                 "students": StudentResource(models_dir=str(tmp_path))}
+                 "students": StudentResource(models_dir=str(tmp_path)),
+                 "training": TrainingLauncher(), "pipes_client": dg.PipesSubprocessClient()}
     with dg.instance_for_test() as instance:
         register_teachers(instance)
         result = dg.materialize(
@@ -103,7 +104,9 @@ def test_dagster_grpo_student_registers_a_model_version(curated_db: Path, tmp_pa
         grpo = events["grpo_student"]
         assert grpo["parent_version"].value == events["sft_student"]["model_version"].value
         assert "data:image/png;base64," in grpo["rollout_curves"].value
-        assert "harness_call_cost" in grpo["reward_terms_last_step"].value
+        table = grpo["rollout_curve_table"].value  # one row per step: success, harness calls, each reward term
+        assert "episode/harness_calls" in table and "rewards/harness_call_cost/mean" in table
+        assert table.count("\n") == 2  # header, rule, the one step
         checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
         assert checks == {"sft_student_learned": True, "grpo_rollouts_healthy": True}
         versions = instance.get_dynamic_partitions(MODEL_VERSION_PARTITIONS_NAME)
@@ -111,3 +114,98 @@ def test_dagster_grpo_student_registers_a_model_version(curated_db: Path, tmp_pa
     with Warehouse(curated_db) as wh:
         settings = wh.scalar("SELECT settings FROM model_versions WHERE stage = 'grpo'")
     assert '"call_cost":0.05' in settings.replace(" ", "")
+
+
+def test_every_turn_is_trained_once_per_step_in_bounded_micro_batches(tiny_grpo, tmp_path: Path) -> None:
+    """Fixed rollouts of 2 games × 2 episodes per step: every turn sample goes through exactly one training
+    forward per step, no forward holds more than per_device_train_batch_size sequences, and the parameters move."""
+    from collections import Counter
+
+    from evoharness.training.grpo import build_grpo_trainer
+
+    model_dir, fixed, _ = tiny_grpo
+    settings = GRPOSettings.tiny_student(games_limit=2, games_per_step=2, num_generations=2, max_steps=2,
+                                         per_device_train_batch_size=5, save_steps=None)
+    trainer = build_grpo_trainer(str(model_dir), tmp_path, settings, fixed)
+    trained: Counter[tuple[int, ...]] = Counter()
+    sizes: list[tuple[bool, int]] = []
+
+    def count(module, args, kwargs) -> None:  # type: ignore[no-untyped-def]
+        ids, mask = kwargs["input_ids"], kwargs["attention_mask"]
+        sizes.append((torch.is_grad_enabled(), ids.size(0)))
+        if torch.is_grad_enabled():  # filler rows (one prompt token, nothing to train) are not samples
+            trained.update(t for row, m in zip(ids, mask, strict=True) if len(t := tuple(row[m.bool()].tolist())) > 1)
+
+    trainer.model.register_forward_pre_hook(count, with_kwargs=True)
+    trainer.ref_model.register_forward_pre_hook(count, with_kwargs=True)  # reference log-probs (β > 0), no grad
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train()
+    expected: Counter[tuple[int, ...]] = Counter()
+    for round_log in trainer.turn_log:
+        for episode in round_log["episodes"]:
+            rollout = fixed.episodes[(episode["game_id"], episode["index"] % 2)]
+            expected.update(tuple(t.prompt_ids + t.completion_ids) for t in rollout.turns)
+    turns_per_step = sum(len(r.turns) for r in fixed.episodes.values())
+    assert len(trainer.turn_log) == 2 and sum(expected.values()) == 2 * turns_per_step > 2 * 5
+    assert trained == expected  # every turn once per step, nothing dropped, nothing twice
+    assert max(n for _, n in sizes) <= 5 and any(grad for grad, _ in sizes) and any(not g for g, _ in sizes)
+    assert any(e["advantage"] != 0 for r in trainer.turn_log for e in r["episodes"])  # the groups carry signal
+    assert any(not torch.equal(a, p.detach()) for a, p in zip(before, trainer.model.parameters(), strict=True))
+    assert trainer.peak_micro_batch == 5
+
+
+RESUMABLE = GRPOSettings.tiny_student(games_limit=2, games_per_step=1, num_generations=2, max_steps=4,
+                                      per_device_train_batch_size=8, save_steps=1, learning_rate=1e-3)
+KILLED_RUN = """
+import sys, time
+from evoharness.training.fixed_rollouts import FixedRollouts
+from evoharness.training.grpo import GRPOSettings, train_grpo
+settings = GRPOSettings.model_validate_json(sys.argv[3])
+train_grpo(sys.argv[1], sys.argv[2], settings, rollouts=FixedRollouts.load(sys.argv[4]),
+           on_log=lambda logs, step, total: time.sleep(2))  # slow enough to be killed between checkpoints
+"""
+
+
+@pytest.mark.slow
+def test_grpo_resumes_after_a_kill_and_ends_with_the_same_model(tiny_grpo, tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from safetensors.torch import load_file
+
+    from evoharness.training.grpo import train_grpo
+    from evoharness.training.trainer_utils import newest_checkpoint
+
+    model_dir, fixed, _ = tiny_grpo
+    fixed.save(tmp_path / "rollouts.pkl")
+    killed = tmp_path / "killed"
+    repo = Path(__file__).resolve().parents[1]
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
+    child = subprocess.Popen([sys.executable, "-c", KILLED_RUN, str(model_dir), str(killed),
+                              RESUMABLE.model_dump_json(), str(tmp_path / "rollouts.pkl")], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while newest_checkpoint(killed / "checkpoints") is None and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    assert child.returncode == -signal.SIGKILL, child.stderr.read().decode()[-2000:] if child.stderr else ""
+    checkpoint = newest_checkpoint(killed / "checkpoints")
+    assert checkpoint is not None and not (killed / "model").exists()  # killed mid-run, after a checkpoint
+    done_before = int(checkpoint.rsplit("-", 1)[1])
+    assert done_before < RESUMABLE.max_steps
+
+    resumed_steps: list[int] = []
+    resumed = train_grpo(str(model_dir), killed, RESUMABLE, rollouts=fixed,
+                         on_log=lambda logs, step, _: resumed_steps.append(step) if "loss" in logs else None)
+    assert resumed.steps == RESUMABLE.max_steps and resumed_steps[0] == done_before + 1  # resumed, not restarted
+    assert [h["step"] for h in resumed.history] == [1.0, 2.0, 3.0, 4.0]  # the whole history, across the kill
+
+    straight = train_grpo(str(model_dir), tmp_path / "straight", RESUMABLE, rollouts=fixed)
+    a, b = load_file(Path(resumed.model_dir) / "model.safetensors"), load_file(
+        Path(straight.model_dir) / "model.safetensors")
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-5, atol=1e-6)

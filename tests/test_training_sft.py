@@ -86,20 +86,20 @@ def test_model_version_is_recorded_and_reused(curated_db: Path, tmp_path: Path) 
 def test_dagster_sft_student(curated_db: Path, tmp_path: Path) -> None:
     import assets.training as at
     from pipelines.partitions import register_teachers
-    from pipelines.resources import StudentResource, WarehouseResource
+    from pipelines.resources import StudentResource, TrainingLauncher, WarehouseResource
 
     instance = dg.DagsterInstance.ephemeral()
     register_teachers(instance)
     run_config = {"ops": {"sft_student": {"config": {"max_steps": 4, "max_length": 1024}}}}
     resources = {"warehouse": WarehouseResource(path=str(curated_db)),
-                 "students": StudentResource(models_dir=str(tmp_path))}
+                 "students": StudentResource(models_dir=str(tmp_path)),
+                 "training": TrainingLauncher(), "pipes_client": dg.PipesSubprocessClient()}
     with pytest.raises(dg.Failure, match="No dataset_id for partition 'expert': materialize sft_dataset"):
         dg.materialize([at.sft_student], instance=instance, partition_key="expert", run_config=run_config,
                        resources=resources)  # no upstream materialization and no id given: never "the newest"
     run_config["ops"]["sft_student"]["config"]["dataset_id"] = "sft-expert@v1"
     result = dg.materialize([at.sft_student], instance=instance, partition_key="expert", run_config=run_config,
-                            resources={"warehouse": WarehouseResource(path=str(curated_db)),
-                                       "students": StudentResource(models_dir=str(tmp_path))})
+                            resources=resources)
     assert result.success
     metadata = result.get_asset_materialization_events()[0].materialization.metadata
     assert metadata["steps"].value == 4 and metadata["model_version"].value.startswith("expert-sft-")

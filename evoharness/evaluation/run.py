@@ -40,6 +40,12 @@ class EvaluationConfig(BaseModel):
     engine: str | None = None
     workers: int | None = None
     data_root: str | None = None
+    serve_url: str | None = Field(default=None, description=(
+        "An OpenAI-compatible server (vllm serve, SGLang, TGI) serving the version, e.g. http://host:8000/v1; "
+        "None: the version plays in this process (local_hf)."))
+    served_model: str | None = Field(default=None, description=(
+        "The model name on that server (None: the model version id; `vllm serve PATH --served-model-name ID`)."))
+    api_key_env: str | None = Field(default=None, description="Env var holding the server's key, if it needs one.")
 
 
 @dataclass
@@ -61,7 +67,8 @@ class EvaluationResult:
 
 
 def student_policy(wh: Warehouse, config: EvaluationConfig) -> tuple[TeacherSpec, int | None]:
-    """The model version as a local policy, and the Experience bank version of its training dataset."""
+    """The model version as a policy (local, or served by an OpenAI-compatible server when ``serve_url`` is set),
+    and the Experience bank version of its training dataset. Either way its episodes carry its name."""
     row = wh.con.execute(
         "SELECT m.path, d.bank_version FROM model_versions m JOIN datasets d USING (dataset_id) "
         "WHERE m.model_version = ?", [config.model_version]).fetchone()
@@ -69,11 +76,12 @@ def student_policy(wh: Warehouse, config: EvaluationConfig) -> tuple[TeacherSpec
         raise LookupError(f"Unknown model version {config.model_version!r}: train it first (sft_student / "
                           "`evoharness sft`).")
     mode = config.mode or Mode(read_student_card(row[0]).get("settings", {}).get("view", "bpe"))
-    spec = TeacherSpec(name=config.model_version, provider=Provider.LOCAL_HF, model=row[0], price_in=0.0,
-                       price_out=0.0, max_concurrency=config.concurrency, max_tokens=config.max_tokens,
-                       temperature=config.temperature, mode=mode, distill_games=None,
-                       prompt_template=student_prompt_set(row[0], mode),
-                       constrain_actions=config.constrain_actions)
+    served = {"provider": Provider.OPENAI_COMPATIBLE, "model": config.served_model or config.model_version,
+              "base_url": config.serve_url, "api_key_env": config.api_key_env} if config.serve_url else {
+        "provider": Provider.LOCAL_HF, "model": row[0], "constrain_actions": config.constrain_actions}
+    spec = TeacherSpec(name=config.model_version, price_in=0.0, price_out=0.0, max_concurrency=config.concurrency,
+                       max_tokens=config.max_tokens, temperature=config.temperature, mode=mode, distill_games=None,
+                       prompt_template=student_prompt_set(row[0], mode), **served)
     return spec, row[1]
 
 

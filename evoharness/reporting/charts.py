@@ -43,6 +43,24 @@ def line_chart_png(series: Mapping[str, Sequence[Sequence[float]]], title: str, 
     return _png(fig)
 
 
+def panels_chart_png(panels: Mapping[str, Mapping[str, Sequence[Sequence[float]]]], title: str,
+                     xlabel: str) -> bytes:
+    """Side-by-side line charts sharing the x axis, one per named panel of (x, y) series, as PNG bytes (for
+    curves on different scales, e.g. success, calls per episode and reward terms by step)."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), dpi=100, squeeze=False)
+    for ax, (name, series) in zip(axes[0], panels.items(), strict=True):
+        for label, points in series.items():
+            if points:
+                xs, ys = zip(*points, strict=True)
+                ax.plot(xs, ys, marker="o" if len(points) < 30 else None, markersize=3, label=label)
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=11)
+    return _png(fig)
+
+
 def _png(fig: plt.Figure) -> bytes:
     fig.tight_layout()
     buffer = io.BytesIO()

@@ -11,10 +11,12 @@ ratio, KL to the reference with β), optimizer, scheduler, logging and checkpoin
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -28,7 +30,13 @@ from evoharness.training.reward import RewardConfig, TrajectoryStats, reward_fun
 from evoharness.training.rollout import Rollout, RolloutEngine
 from evoharness.training.student_card import read_student_card, student_prompt_set, write_student_card
 from evoharness.training.tiny_student import TINY, is_local_preset
-from evoharness.training.trainer_utils import LogCallback, LoraSettings, route_logs, save_trained
+from evoharness.training.trainer_utils import (
+    LogCallback,
+    LoraSettings,
+    newest_checkpoint,
+    route_logs,
+    save_trained,
+)
 
 
 class GRPOSettings(BaseModel):
@@ -52,6 +60,19 @@ class GRPOSettings(BaseModel):
     bf16: bool = False
     seed: int = 0
     logging_steps: int = Field(default=1, ge=1)
+    loss_type: str = Field(default="dapo", description="TRL's loss type (see LOSS_NORMALIZATION for the supported).")
+    per_device_train_batch_size: int = Field(default=8, ge=1, description=(
+        "Turn samples per forward pass on each process (a micro-batch); a step's gradients accumulate across its "
+        "micro-batches."))
+    save_steps: int | None = Field(default=10, ge=1, description=(
+        "Checkpoint every this many optimizer steps; a rerun resumes from the newest (None: no checkpoints)."))
+    vllm_server_url: str | None = Field(default=None, description=(
+        "Generate rollouts with a `trl vllm-serve` server at this URL (TRL's vLLM integration syncs the weights "
+        "every step); None: HF generate in the training process."))
+
+    OPERATIONAL: ClassVar[frozenset[str]] = frozenset({"per_device_train_batch_size", "save_steps",
+                                                       "vllm_server_url"})
+    """Fields that change how a run executes, not what it trains: not part of a model version's id."""
 
     @classmethod
     def for_base(cls, base_model: str, call_cost: float | None = None, diversity_max: float | None = None,
@@ -85,6 +106,16 @@ class GRPOSettings(BaseModel):
                        "learning_rate": 1e-4, "max_new_tokens": 64, "episode_steps": 20} | overrides))
 
 
+class RolloutSource(Protocol):
+    """What GRPO plays episodes with: :class:`RolloutEngine`, or recorded rollouts replayed
+    (:class:`evoharness.training.fixed_rollouts.FixedRollouts`)."""
+
+    def play(self, game_ids: list[str], model: Any, tokenizer: Any, round_id: int,
+             first_index: int = 0) -> list[Rollout]: ...
+
+    def close(self) -> None: ...
+
+
 @dataclass
 class GRPOResult:
     model_dir: str
@@ -99,51 +130,79 @@ def _trainer_class() -> type:
     """``EpisodeGRPOTrainer``, built on first use so that importing this module does not import TRL."""
     import torch
     from trl import GRPOTrainer
+    from trl.models.utils import unwrap_model_for_generation
     from trl.trainer.utils import nanstd, use_adapter
 
+    from evoharness.training.trl_contract import require_trl_contract
+
+    require_trl_contract()
     base: Any = GRPOTrainer  # typed as Any: TRL's attributes are set dynamically
 
     class EpisodeGRPOTrainer(base):
-        """``GRPOTrainer`` whose generation step plays whole episodes and emits one sample per turn."""
+        """``GRPOTrainer`` whose generation step plays whole episodes and emits one sample per turn, trained in
+        micro-batches of at most ``micro_batch_size`` turns with gradients accumulated across them."""
 
-        def __init__(self, *args: Any, rollouts: RolloutEngine, **kwargs: Any) -> None:
+        def __init__(self, *args: Any, rollouts: RolloutSource, micro_batch_size: int, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            self.rollouts = rollouts
-            self._round = 0
+            if self.loss_type not in LOSS_NORMALIZATION:
+                raise ValueError(f"loss_type {self.loss_type!r} is not supported by the per-turn micro-batching "
+                                 f"(supported: {sorted(LOSS_NORMALIZATION)})")
+            self.rollouts, self.micro_batch_size = rollouts, micro_batch_size
+            self.turn_log: list[dict[str, Any]] = []  # per round: this process's (episode index, turns, advantage)
 
+        # -- generation: whole episodes, one sample per turn ------------------------------------------------
         def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
             device = self.accelerator.device
             mode = "train" if self.model.training else "eval"
-            model = self.accelerator.unwrap_model(self.model)
-            played = self.rollouts.play([row["game_id"] for row in inputs], model, self.processing_class, self._round)
-            self._round += 1
+            first = self.accelerator.process_index * len(inputs)  # this process's slice of the global batch
+            round_id = self.state.global_step
+            if self.use_vllm and round_id != getattr(self, "_last_loaded_step", -1):
+                self.vllm_generation.sync_weights()  # every process takes part; the server gets the new weights
+                self._last_loaded_step = round_id
+            with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
+                                             gather_deepspeed3_params=self.args.ds3_gather_for_generation) as model:
+                played = self.rollouts.play([row["game_id"] for row in inputs], model, self.processing_class,
+                                            round_id, first_index=first)
             stats = [TrajectoryStats.from_record(r.record) for r in played]
             rows = [row | {"trajectory": s.as_dict()} for row, s in zip(inputs, stats, strict=True)]
             completions = [[{"role": "assistant", "content": r.record.steps[-1].raw_output if r.record.steps else ""}]
                            for r in played]
             last_turns = [r.turns[-1].completion_ids if r.turns else [] for r in played]
+            # gathered over every process: rewards are normalized within groups that may span processes
             per_func = self._calculate_rewards(rows, [row["prompt"] for row in inputs], completions, last_turns)
             rewards = (per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
             advantages = group_advantages(rewards, self.num_generations, self.scale_rewards)
+            local = advantages[first:first + len(inputs)]  # TRL's process_slice
+            self.turn_log.append({"round": round_id, "episodes": [
+                {"index": first + i, "game_id": row["game_id"], "turns": len(r.turns), "advantage": float(a)}
+                for i, (row, r, a) in enumerate(zip(inputs, played, local.tolist(), strict=True))]})
             self._log_round(mode, per_func, rewards, stats, played)
-            return self._turn_samples(played, advantages, device)
+            return self._turn_samples(played, local, device)
 
         def _turn_samples(self, played: list[Rollout], advantages: torch.Tensor, device: Any) -> dict[str, Any]:
             output = {k: v.to(device) if isinstance(v, torch.Tensor) else v
                       for k, v in turn_samples(played, advantages, self.processing_class.pad_token_id).items()}
             prompt_ids, prompt_mask = output["prompt_ids"], output["prompt_mask"]
             completion_ids, completion_mask = output["completion_ids"], output["completion_mask"]
+            # every process needs the global counts: the loss normalizes over all processes' turns and tokens,
+            # and all processes must run the same number of micro-batches (TRL's loss logs with collectives)
+            local = torch.tensor([prompt_ids.size(0), int(completion_mask.sum())], device=device)
+            counts = self.accelerator.gather(local.unsqueeze(0)).view(-1, 2)
+            output["num_items_in_batch"] = counts[:, 1].sum()
+            output["global_turns"] = counts[:, 0].sum()
+            output["micro_batches"] = torch.ceil(counts[:, 0].max() / self.micro_batch_size).long()
             input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
             attention = torch.cat([prompt_mask, completion_mask], dim=1)
-            keep, batch = completion_ids.size(1), self.args.per_device_train_batch_size
+            keep, batch = completion_ids.size(1), self.micro_batch_size
             with torch.no_grad():
                 if self.args.gradient_accumulation_steps % (self.args.steps_per_generation * self.num_iterations):
                     output["old_per_token_logps"] = self._get_per_token_logps_and_entropies(
                         self.model, input_ids, attention, keep, batch_size=batch)[0]
                 if self.beta != 0.0:
                     output["ref_per_token_logps"] = self._reference_logps(input_ids, attention, keep, batch)
-            self._metrics["train" if self.model.training else "eval"]["samples/turns"].append(
-                float(prompt_ids.size(0)))
+            metrics = self._metrics["train" if self.model.training else "eval"]
+            metrics["samples/turns"].append(float(output["global_turns"]))
+            metrics["samples/micro_batches"].append(float(output["micro_batches"]))
             return output
 
         def _reference_logps(self, input_ids: torch.Tensor, attention: torch.Tensor, keep: int,
@@ -156,6 +215,32 @@ def _trainer_class() -> type:
                 return self._get_per_token_logps_and_entropies(self.model, input_ids, attention, keep,
                                                                batch_size=batch)[0]
 
+        # -- training: every turn once per iteration, in bounded micro-batches --------------------------------
+        def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
+            """One optimizer step's forward and backward passes: the step's turn samples (generated on the first
+            call of an iteration, then buffered by TRL) in micro-batches; gradients accumulate across them and
+            are synchronized across processes on the last one."""
+            from accelerate.utils import DistributedType
+
+            model.train()
+            batch = self._prepare_inputs(inputs)
+            chunks = micro_batches(batch, self.micro_batch_size, int(batch["micro_batches"]), self.loss_type,
+                                   self.accelerator.num_processes)
+            deepspeed = self.accelerator.distributed_type == DistributedType.DEEPSPEED
+            total = torch.zeros((), device=self.accelerator.device)
+            for i, chunk in enumerate(chunks):
+                last = i == len(chunks) - 1
+                self.accelerator.gradient_state._set_sync_gradients(last)
+                sync = contextlib.nullcontext() if last or deepspeed else self.accelerator.no_sync(model)
+                with sync:
+                    with self.compute_loss_context_manager():
+                        loss = self.compute_loss(model, chunk) * chunk["loss_weight"]
+                    self.accelerator.backward(loss, **({"scale_wrt_gas": False} if deepspeed else {}))
+                total += loss.detach()
+                self.peak_micro_batch = max(getattr(self, "peak_micro_batch", 0), int(chunk["prompt_ids"].size(0)))
+            self._step += 1
+            return total
+
         def _log_round(self, mode: str, per_func: torch.Tensor, rewards: torch.Tensor,
                        stats: list[TrajectoryStats], played: list[Rollout]) -> None:
             metrics = self._metrics[mode]
@@ -166,15 +251,121 @@ def _trainer_class() -> type:
             grouped_std = nanstd(rewards.view(-1, self.num_generations), dim=1)
             metrics["frac_reward_zero_std"].append(torch.isclose(grouped_std, torch.zeros_like(grouped_std))
                                                    .float().mean().item())
-            n = len(stats)
-            metrics["episode/success"].append(sum(s.won for s in stats) / n)
-            metrics["episode/turns"].append(sum(s.turns for s in stats) / n)
-            metrics["episode/harness_calls"].append(sum(s.harness_calls for s in stats) / n)
-            metrics["episode/invalid"].append(sum(s.invalid for s in stats) / n)
-            metrics["episode/repeats"].append(sum(s.repeats for s in stats) / n)
-            metrics["episode/failed"].append(sum(r.record.status == "failed" for r in played) / n)
+            local = torch.tensor([[len(stats), sum(s.won for s in stats), sum(s.turns for s in stats),
+                                   sum(s.harness_calls for s in stats), sum(s.invalid for s in stats),
+                                   sum(s.repeats for s in stats), sum(r.record.status == "failed" for r in played)]],
+                                 dtype=torch.float64, device=self.accelerator.device)
+            n, won, turns, calls, invalid, repeats, failed = self.accelerator.gather(local).sum(dim=0).tolist()
+            metrics["episode/success"].append(won / n)
+            metrics["episode/turns"].append(turns / n)
+            metrics["episode/harness_calls"].append(calls / n)
+            metrics["episode/invalid"].append(invalid / n)
+            metrics["episode/repeats"].append(repeats / n)
+            metrics["episode/failed"].append(failed / n)
 
     return EpisodeGRPOTrainer
+
+
+LOSS_NORMALIZATION = {"dapo": "tokens", "cispo": "tokens", "vespo": "tokens", "bnpo": "chunk_tokens",
+                      "grpo": "sequences", "sapo": "sequences", "luspo": "sequences", "dr_grpo": "sequences"}
+"""How TRL's ``_compute_loss`` normalizes each loss type, which fixes the weight of a micro-batch's loss:
+``tokens``: by ``num_items_in_batch`` (set to the tokens of every process), weight 1; ``sequences``: a mean over
+the micro-batch's sequences, weight = its sequences × processes / all sequences; ``chunk_tokens``: a mean over its
+tokens, weight = its tokens × processes / all tokens."""
+
+
+def micro_batches(batch: dict[str, Any], size: int, count: int, loss_type: str, processes: int = 1
+                  ) -> list[dict[str, Any]]:
+    """``batch``'s turn samples in ``count`` micro-batches of exactly ``size`` rows, in order, every sample in
+    exactly one; padding columns that a micro-batch does not use are cut. Rows past the samples are filler (one
+    prompt token, no completion token, advantage 0: they add nothing to the loss): TRL's loss gathers per-row
+    metrics across processes, so every process must run the same number of forwards of the same number of
+    rows. Each micro-batch carries ``loss_weight``: the factor that makes the sum of the micro-batches' losses
+    over all processes the loss of the whole batch (see ``LOSS_NORMALIZATION``)."""
+    import torch
+
+    n = batch["prompt_ids"].size(0)
+    if size < 1 or count < -(-n // size):
+        raise ValueError(f"{n} samples do not fit in {count} micro-batches of {size}")
+    total_sequences, total_tokens = float(batch["global_turns"]), float(batch["num_items_in_batch"])
+    kind = LOSS_NORMALIZATION[loss_type]
+    chunks = []
+    for start in range(0, count * size, size):
+        rows = torch.arange(min(start, n), min(start + size, n))
+        chunk = _with_filler(_rows(batch, rows, n), _rows(batch, torch.tensor([0]), n), size - rows.numel())
+        chunk = _trim_padding(chunk)
+        if rows.numel() == 0:
+            weight = 0.0
+        elif kind == "tokens":
+            weight = 1.0
+        elif kind == "sequences":
+            weight = size * processes / total_sequences
+        else:
+            weight = float(chunk["completion_mask"].sum()) * processes / max(total_tokens, 1.0)
+        chunk["loss_weight"] = weight
+        chunks.append(chunk)
+    return chunks
+
+
+def _with_filler(chunk: dict[str, Any], template: dict[str, Any], count: int) -> dict[str, Any]:
+    """``chunk`` with ``count`` filler rows appended: copies of ``template`` (one sample) reduced to its last
+    prompt token, with no completion token and advantage 0."""
+    import torch
+
+    if count == 0:
+        return chunk
+    out: dict[str, Any] = {}
+    for key, value in chunk.items():
+        row = template[key]
+        if not (isinstance(row, torch.Tensor) and row.ndim > 0 and row.size(0) == 1) or key in SCALARS:
+            out[key] = value
+            continue
+        filler = row.expand(count, *row.shape[1:]).clone()
+        if key == "prompt_mask":
+            filler.zero_()
+            filler[:, -1] = 1
+        elif key in ("completion_mask", "advantages"):
+            filler.zero_()
+        out[key] = torch.cat([value, filler])
+    return out
+
+
+SCALARS = ("global_turns", "num_items_in_batch", "micro_batches")
+
+
+def _rows(batch: dict[str, Any], rows: Any, n: int) -> dict[str, Any]:
+    """The given rows of every per-sample entry; scalars and other entries unchanged."""
+    import torch
+
+    out: dict[str, Any] = {}
+    for key, value in batch.items():
+        if isinstance(value, torch.Tensor) and value.ndim > 0 and value.size(0) == n:
+            out[key] = value[rows.to(value.device)]
+        elif isinstance(value, list) and len(value) == n:
+            out[key] = [value[i] for i in rows.tolist()]
+        else:
+            out[key] = value
+    return out
+
+
+COMPLETION_ALIGNED = ("completion_ids", "completion_mask", "old_per_token_logps", "ref_per_token_logps",
+                      "sampling_per_token_logps", "importance_sampling_ratio", "tool_mask")
+
+
+def _trim_padding(chunk: dict[str, Any]) -> dict[str, Any]:
+    """Drop the left prompt padding and right completion padding that no sample of ``chunk`` uses."""
+    prompt_used = chunk["prompt_mask"].any(dim=0).nonzero()
+    start = int(prompt_used[0]) if prompt_used.numel() else 0
+    completion_used = chunk["completion_mask"].any(dim=0).nonzero()
+    end = int(completion_used[-1]) + 1 if completion_used.numel() else 1
+    width = chunk["completion_ids"].size(1)
+    out = dict(chunk)
+    out["prompt_ids"], out["prompt_mask"] = chunk["prompt_ids"][:, start:], chunk["prompt_mask"][:, start:]
+    for key in COMPLETION_ALIGNED:
+        value = chunk.get(key)
+        if value is not None and value.ndim == 2 and value.size(1) == width:
+            out[key] = value[:, :end]
+    return out
 
 
 def group_advantages(rewards: Any, group: int, scale: str = "group") -> Any:
@@ -224,53 +415,93 @@ def training_games(settings: GRPOSettings, data_root: str | None = None) -> list
 def train_grpo(model_path: str, output_dir: str | Path, settings: GRPOSettings, *,
                bank: ExperienceBankData | None = None,
                data_root: str | None = None, engine: str | None = None,
-               on_log: LogCallback | None = None) -> GRPOResult:
-    """GRPO from the model at ``model_path`` (an SFT model version); saves to ``<output_dir>/model``."""
-    import datasets
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig
+               on_log: LogCallback | None = None, rollouts: RolloutSource | None = None) -> GRPOResult:
+    """GRPO from the model at ``model_path`` (an SFT model version); saves to ``<output_dir>/model``.
 
+    Runs in one process or under ``accelerate launch`` (each process plays its share of a step's episodes;
+    rewards are normalized over all of them). Checkpoints go to ``<output_dir>/checkpoints`` every
+    ``settings.save_steps`` steps, and a rerun resumes from the newest. ``rollouts`` replaces the episodes played
+    in the environment (recorded rollouts, for tests and the multi-process comparison)."""
     output = Path(output_dir)
-    prompt_set = student_prompt_set(model_path, Mode.BPE)  # the rendering the student was trained with
-    games = training_games(settings, data_root)
-    dataset = datasets.Dataset.from_list([{"prompt": [{"role": "user", "content": g}], "game_id": g} for g in games])
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype="auto")
-    run_settings = RunSettings(
-        budget=StepBudget(max_steps=settings.episode_steps, meta_action_cost=settings.meta_action_cost),
-        concurrency=settings.games_per_step * settings.num_generations, bank=bank or load_bank_file(SEED_BANK),
-    )
-    rollouts = RolloutEngine(
-        load_prompt_set(prompt_set), run_settings,
-        Sampling(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature),
-        data_root=data_root, engine=engine,
-    )
-    group = settings.num_generations
-    config = GRPOConfig(
-        output_dir=str(output / "checkpoints"), per_device_train_batch_size=group,
-        steps_per_generation=settings.games_per_step, gradient_accumulation_steps=settings.games_per_step,
-        num_generations=group, num_train_epochs=settings.epochs, max_steps=settings.max_steps or -1,
-        learning_rate=settings.learning_rate, beta=settings.beta, max_grad_norm=settings.max_grad_norm,
-        max_completion_length=settings.max_new_tokens, temperature=settings.temperature, bf16=settings.bf16,
-        seed=settings.seed, logging_steps=settings.logging_steps, save_strategy="no", report_to="none",
-        disable_tqdm=True, dataloader_pin_memory=False, reward_weights=[1.0] * len(reward_functions(settings.reward)),
-    )
-    trainer = _trainer_class()(model=model, reward_funcs=reward_functions(settings.reward), args=config,
-                               train_dataset=dataset, processing_class=tokenizer,
-                               peft_config=settings.lora.peft_config() if settings.lora is not None else None,
-                               rollouts=rollouts)
+    if rollouts is None:
+        prompt_set = student_prompt_set(model_path, Mode.BPE)  # the rendering the student was trained with
+        rollouts = rollout_engine(settings, bank, data_root, engine, prompt_set)
+    trainer = build_grpo_trainer(model_path, output_dir, settings, rollouts, data_root)
+    games = len(trainer.train_dataset)
     route_logs(trainer, on_log)
     started = time.perf_counter()
     try:
-        trainer.train()
+        trainer.train(resume_from_checkpoint=newest_checkpoint(output / "checkpoints"))
     finally:
         rollouts.close()
     seconds = time.perf_counter() - started
     model_dir = output / "model"
-    trained = save_trained(trainer, tokenizer, model_dir, merged_lora=settings.lora is not None)
+    trained = save_trained(trainer, trainer.processing_class, model_dir, merged_lora=settings.lora is not None)
     history = [{k: float(v) for k, v in entry.items() if isinstance(v, int | float)}
                for entry in trainer.state.log_history if "reward" in entry]
-    write_student_card(model_dir, read_student_card(model_path).get("prompt_set"), {
-        "settings": settings.model_dump(mode="json") | {"view": "bpe"}, "start": model_path, "games": len(games)})
-    return GRPOResult(model_dir=str(model_dir), games=len(games), steps=trainer.state.global_step, seconds=seconds,
+    if trainer.is_world_process_zero():
+        write_student_card(model_dir, read_student_card(model_path).get("prompt_set"), {
+            "settings": settings.model_dump(mode="json") | {"view": "bpe"}, "start": model_path, "games": games})
+    return GRPOResult(model_dir=str(model_dir), games=games, steps=trainer.state.global_step, seconds=seconds,
                       parameters=sum(p.numel() for p in trained.parameters()), history=history)
+
+
+def build_grpo_trainer(model_path: str, output_dir: str | Path, settings: GRPOSettings, rollouts: RolloutSource,
+                       data_root: str | None = None) -> Any:
+    """The trainer of :func:`train_grpo`, not yet trained (checkpoints under ``<output_dir>/checkpoints``)."""
+    import datasets
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    games = training_games(settings, data_root)
+    dataset = datasets.Dataset.from_list([{"prompt": [{"role": "user", "content": g}], "game_id": g} for g in games])
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype="auto")
+    # the launcher's world size (accelerate launch / torchrun set it); accelerate's state is set up by the config
+    config = grpo_config(settings, Path(output_dir) / "checkpoints", int(os.environ.get("WORLD_SIZE", "1")))
+    return _trainer_class()(model=model, reward_funcs=reward_functions(settings.reward), args=config,
+                            train_dataset=dataset, processing_class=tokenizer,
+                            peft_config=settings.lora.peft_config() if settings.lora is not None else None,
+                            rollouts=rollouts, micro_batch_size=settings.per_device_train_batch_size)
+
+
+def grpo_config(settings: GRPOSettings, checkpoints: Path, processes: int = 1) -> Any:
+    """TRL's config for one optimizer step per generation round: a dataset row is a game, a step's
+    ``games_per_step × num_generations`` episodes are split evenly over the processes (TRL's
+    ``per_device_train_batch_size`` counts *episodes* here), and the turn samples they produce are trained in
+    micro-batches of ``settings.per_device_train_batch_size`` inside the step (not by TRL's accumulation)."""
+    from trl import GRPOConfig
+
+    episodes = settings.games_per_step * settings.num_generations
+    if episodes % processes:
+        raise ValueError(f"{episodes} episodes per step (games_per_step × num_generations) cannot be split evenly "
+                         f"over {processes} processes")
+    vllm = settings.vllm_server_url is not None
+    return GRPOConfig(
+        output_dir=str(checkpoints), per_device_train_batch_size=episodes // processes, steps_per_generation=1,
+        gradient_accumulation_steps=1, num_generations=settings.num_generations, num_train_epochs=settings.epochs,
+        max_steps=settings.max_steps or -1, learning_rate=settings.learning_rate, beta=settings.beta,
+        max_grad_norm=settings.max_grad_norm, max_completion_length=settings.max_new_tokens,
+        temperature=settings.temperature, bf16=settings.bf16, seed=settings.seed, logging_steps=settings.logging_steps,
+        loss_type=settings.loss_type,
+        save_strategy="steps" if settings.save_steps else "no", save_steps=settings.save_steps or 500,
+        report_to="none", disable_tqdm=True, dataloader_pin_memory=False,
+        reward_weights=[1.0] * len(reward_functions(settings.reward)),
+        use_vllm=vllm, vllm_mode="server", vllm_server_base_url=settings.vllm_server_url,
+        vllm_importance_sampling_correction=False,  # the rollouts' generator does not return sampling logprobs
+    )
+
+
+def rollout_engine(settings: GRPOSettings, bank: ExperienceBankData | None, data_root: str | None,
+                   engine: str | None, prompt_set: str = "alfworld/bpe") -> RolloutEngine:
+    """Episodes in the environment through the BPE harness, generated in-process or by the vLLM server."""
+    run_settings = RunSettings(
+        budget=StepBudget(max_steps=settings.episode_steps, meta_action_cost=settings.meta_action_cost),
+        concurrency=settings.games_per_step * settings.num_generations, bank=bank or load_bank_file(SEED_BANK),
+    )
+    return RolloutEngine(
+        load_prompt_set(prompt_set), run_settings,
+        Sampling(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature),
+        data_root=data_root, engine=engine, vllm_server_url=settings.vllm_server_url,
+    )
+
+

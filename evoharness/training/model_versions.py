@@ -14,7 +14,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from evoharness.consolidation.bank import load_bank
+from evoharness.harness.experience import ExperienceBankData
 from evoharness.lineage import code_version
 from evoharness.training.grpo import GRPOSettings, train_grpo
 from evoharness.training.sft import SFTSettings, train_sft
@@ -51,7 +54,10 @@ METRICS_ONLY_SETTINGS = frozenset({"decision_turns"})
 
 
 def version_id(teacher: str, stage: str, source: str, settings: SFTSettings | GRPOSettings) -> str:
-    payload = json.dumps([source, settings.model_dump(mode="json", exclude=set(METRICS_ONLY_SETTINGS))],
+    """What determines the training, hashed: settings that only change what is measured, and operational ones
+    (checkpointing, micro-batch size, the generation server), are left out, so they never make a new version."""
+    operational: frozenset[str] = getattr(settings, "OPERATIONAL", frozenset())
+    payload = json.dumps([source, settings.model_dump(mode="json", exclude=set(METRICS_ONLY_SETTINGS) | operational)],
                          sort_keys=True)
     return f"{teacher}-{stage}-{hashlib.sha256(payload.encode()).hexdigest()[:12]}"
 
@@ -82,6 +88,27 @@ def _store(wh: Warehouse, row: dict[str, Any]) -> ModelVersion:
     return ModelVersion(_decoded(encoded), reused=False)
 
 
+class TrainingJob(BaseModel):
+    """One training to run, everything it needs without the warehouse: it can run in another process or on
+    another machine (``run_training_job``), and its result is stored by whoever holds the warehouse
+    (``store_training_result``)."""
+
+    stage: str  # "sft" | "grpo"
+    model_version: str
+    teacher: str
+    dataset_id: str
+    source: str  # the dataset folder (sft) or the parent model folder (grpo)
+    parent_version: str | None = None
+    base_model: str
+    output_dir: str
+    settings: dict[str, Any]
+    bank: ExperienceBankData | None = None
+    data_root: str | None = None
+    engine: str | None = None
+    prompt_set: str | None = None  # the rendering the student is trained with (recorded on the version)
+    run_id: str
+
+
 def dataset_source(wh: Warehouse, dataset_id: str) -> tuple[str, str]:
     """(teacher, path) of a curated dataset, by id."""
     row = wh.con.execute("SELECT teacher, path FROM datasets WHERE dataset_id = ?", [dataset_id]).fetchone()
@@ -102,32 +129,24 @@ def teacher_sft_versions(wh: Warehouse, teacher: str) -> list[str]:
                                          "AND stage = 'sft' ORDER BY created_at DESC", [teacher]).fetchall()]
 
 
-def train_sft_version(wh: Warehouse, dataset_id: str, settings: SFTSettings, models_root: str | Path, run_id: str,
-                      on_log: LogCallback | None = None) -> ModelVersion:
-    """Train (or reuse) the SFT student of the dataset ``dataset_id``. The warehouse is released while
-    training runs, so other stages can write meanwhile."""
+def plan_sft_version(wh: Warehouse, dataset_id: str, settings: SFTSettings, models_root: str | Path,
+                     run_id: str) -> ModelVersion | TrainingJob:
+    """The stored SFT version of the dataset ``dataset_id`` with these settings, or the job that trains it."""
     teacher, dataset_path = dataset_source(wh, dataset_id)
     model_version = version_id(teacher, "sft", dataset_id, settings)
     if (stored := stored_version(wh, model_version)) is not None:
         return stored
-    wh.release()
-    result = train_sft(dataset_path, Path(models_root) / model_version, settings, on_log=on_log)
-    return _store(wh, {
-        "model_version": model_version, "stage": "sft", "teacher": teacher, "dataset_id": dataset_id,
-        "parent_version": None, "base_model": settings.base_model, "path": result.model_dir,
-        "settings": settings.model_dump_json(), "train_examples": result.train_examples,
-        "validation_examples": result.validation_examples, "steps": result.steps, "train_loss": result.train_loss,
-        "eval_loss": result.eval_loss, "parameters": result.parameters, "seconds": result.seconds,
-        "loss_history": result.loss_history, "eval_history": result.eval_history, "rollout_history": None,
-        "decision_history": result.decision_history, "tokens_seen": result.tokens_seen,
-        "prompt_set": settings.prompt_set or f"alfworld/{settings.view}", "run_id": run_id,
-    })
+    return TrainingJob(stage="sft", model_version=model_version, teacher=teacher, dataset_id=dataset_id,
+                       source=dataset_path, base_model=settings.base_model,
+                       output_dir=str(Path(models_root) / model_version), settings=settings.model_dump(mode="json"),
+                       prompt_set=settings.prompt_set or f"alfworld/{settings.view}", run_id=run_id)
 
 
-def train_grpo_version(wh: Warehouse, parent_version: str, settings: GRPOSettings, models_root: str | Path,
-                       run_id: str, on_log: LogCallback | None = None, data_root: str | None = None,
-                       engine: str | None = None) -> ModelVersion:
-    """Train (or reuse) GRPO from ``parent_version``, recalling from the bank version of its dataset."""
+def plan_grpo_version(wh: Warehouse, parent_version: str, settings: GRPOSettings, models_root: str | Path,
+                      run_id: str, data_root: str | None = None, engine: str | None = None
+                      ) -> ModelVersion | TrainingJob:
+    """The stored GRPO version from ``parent_version`` with these settings, or the job that trains it (recalling
+    from the bank version of the parent's dataset)."""
     parent = stored_version(wh, parent_version)
     if parent is None:
         raise LookupError(f"Unknown model version {parent_version!r} (or its files are gone).")
@@ -139,17 +158,63 @@ def train_grpo_version(wh: Warehouse, parent_version: str, settings: GRPOSetting
                               [parent.row["dataset_id"]]).fetchone()
     if bank_row is None:
         raise LookupError(f"Dataset {parent.row['dataset_id']!r} of {parent_version!r} is not in the warehouse.")
-    bank = load_bank(wh, *bank_row)
-    wh.release()
-    result = train_grpo(parent.path, Path(models_root) / model_version, settings, bank=bank, data_root=data_root,
-                        engine=engine, on_log=on_log)
-    losses = [(int(h["step"]), h["loss"]) for h in result.history if "loss" in h]
+    return TrainingJob(stage="grpo", model_version=model_version, teacher=teacher,
+                       dataset_id=parent.row["dataset_id"], source=parent.path, parent_version=parent_version,
+                       base_model=parent.row["base_model"], output_dir=str(Path(models_root) / model_version),
+                       settings=settings.model_dump(mode="json"), bank=load_bank(wh, *bank_row),
+                       data_root=data_root, engine=engine, prompt_set=parent.row.get("prompt_set"), run_id=run_id)
+
+
+def run_training_job(job: TrainingJob, on_log: LogCallback | None = None) -> dict[str, Any]:
+    """Train ``job`` (in this process, or in each process of an ``accelerate launch``); the ``model_versions``
+    fields it produced, JSON-ready."""
+    if job.stage == "sft":
+        sft = train_sft(job.source, job.output_dir, SFTSettings.model_validate(job.settings), on_log=on_log)
+        return {"path": sft.model_dir, "train_examples": sft.train_examples,
+                "validation_examples": sft.validation_examples, "steps": sft.steps, "train_loss": sft.train_loss,
+                "eval_loss": sft.eval_loss, "parameters": sft.parameters, "seconds": sft.seconds,
+                "loss_history": sft.loss_history, "eval_history": sft.eval_history, "rollout_history": None,
+                "decision_history": sft.decision_history, "tokens_seen": sft.tokens_seen}
+    grpo = train_grpo(job.source, job.output_dir, GRPOSettings.model_validate(job.settings), bank=job.bank,
+                      data_root=job.data_root, engine=job.engine, on_log=on_log)
+    losses = [(int(h["step"]), h["loss"]) for h in grpo.history if "loss" in h]
+    return {"path": grpo.model_dir, "train_examples": grpo.games, "validation_examples": 0, "steps": grpo.steps,
+            "train_loss": losses[-1][1] if losses else None, "eval_loss": None, "parameters": grpo.parameters,
+            "seconds": grpo.seconds, "loss_history": losses, "eval_history": [], "rollout_history": grpo.history,
+            "decision_history": [], "tokens_seen": None}
+
+
+def store_training_result(wh: Warehouse, job: TrainingJob, result: dict[str, Any]) -> ModelVersion:
+    """Record a finished job as a model version."""
     return _store(wh, {
-        "model_version": model_version, "stage": "grpo", "teacher": teacher, "dataset_id": parent.row["dataset_id"],
-        "parent_version": parent_version, "base_model": parent.row["base_model"], "path": result.model_dir,
-        "settings": settings.model_dump_json(), "train_examples": result.games, "validation_examples": 0,
-        "steps": result.steps, "train_loss": losses[-1][1] if losses else None, "eval_loss": None,
-        "parameters": result.parameters, "seconds": result.seconds, "loss_history": losses, "eval_history": [],
-        "rollout_history": result.history, "decision_history": [], "tokens_seen": None,
-        "prompt_set": parent.row.get("prompt_set"), "run_id": run_id,
-    })
+        "model_version": job.model_version, "stage": job.stage, "teacher": job.teacher, "dataset_id": job.dataset_id,
+        "parent_version": job.parent_version, "base_model": job.base_model,
+        "settings": json.dumps(job.settings, separators=(",", ":")), "run_id": job.run_id,
+        "prompt_set": job.prompt_set,
+    } | {k: result[k] for k in RESULT_FIELDS})
+
+
+RESULT_FIELDS = ("path", "train_examples", "validation_examples", "steps", "train_loss", "eval_loss", "parameters",
+                 "seconds", "loss_history", "eval_history", "rollout_history", "decision_history", "tokens_seen")
+
+
+def train_sft_version(wh: Warehouse, dataset_id: str, settings: SFTSettings, models_root: str | Path,
+                      run_id: str, on_log: LogCallback | None = None) -> ModelVersion:
+    """Train (or reuse) the SFT student of the dataset ``dataset_id``. The warehouse is released while
+    training runs, so other stages can write meanwhile."""
+    planned = plan_sft_version(wh, dataset_id, settings, models_root, run_id)
+    if isinstance(planned, ModelVersion):
+        return planned
+    wh.release()
+    return store_training_result(wh, planned, run_training_job(planned, on_log))
+
+
+def train_grpo_version(wh: Warehouse, parent_version: str, settings: GRPOSettings, models_root: str | Path,
+                       run_id: str, on_log: LogCallback | None = None, data_root: str | None = None,
+                       engine: str | None = None) -> ModelVersion:
+    """Train (or reuse) GRPO from ``parent_version``, recalling from the bank version of its dataset."""
+    planned = plan_grpo_version(wh, parent_version, settings, models_root, run_id, data_root, engine)
+    if isinstance(planned, ModelVersion):
+        return planned
+    wh.release()
+    return store_training_result(wh, planned, run_training_job(planned, on_log))

@@ -78,18 +78,23 @@ class RolloutEngine:
     """Plays groups of episodes of the model on named games (fast engine in-process by default)."""
 
     def __init__(self, prompt_set: PromptSet, settings: RunSettings, sampling: Sampling, max_batch: int = 16,
-                 data_root: str | None = None, engine: str | None = None) -> None:
+                 data_root: str | None = None, engine: str | None = None,
+                 vllm_server_url: str | None = None) -> None:
         self.prompt_set, self.settings, self.sampling, self.max_batch = prompt_set, settings, sampling, max_batch
+        self.vllm_server_url = vllm_server_url
         self.catalog = GameCatalog(data_root)
         self.pool = EnvPool(workers=0 if engine in (None, "fast") else None, engine=engine)
         self.bank_label = f"{settings.bank.bank_id}@v{settings.bank.version}"
 
-    def play(self, game_ids: list[str], model: Any, tokenizer: Any, round_id: int) -> list[Rollout]:
-        """One episode per entry of ``game_ids`` (repeats of a game are a GRPO group, told apart by seed)."""
-        policy = ModelPolicy(BatchGenerator(model, tokenizer, max_batch=self.max_batch), self.sampling)
+    def play(self, game_ids: list[str], model: Any, tokenizer: Any, round_id: int,
+             first_index: int = 0) -> list[Rollout]:
+        """One episode per entry of ``game_ids`` (repeats of a game are a GRPO group, told apart by seed). The
+        episodes are entries ``first_index``… of the step's global batch (another process plays the others):
+        seeds follow the global position, so the episodes do not depend on the number of processes."""
+        policy = ModelPolicy(self._generator(model, tokenizer), self.sampling)
         specs = [
             EpisodeSpec(teacher=f"{policy.name}-{round_id}", game=self.catalog.get(game_id), mode=Mode.BPE,
-                        seed=index, max_steps=self.settings.budget.max_steps, prompt_id=self.prompt_set.prompt_id,
+                        seed=first_index + index, max_steps=self.settings.budget.max_steps, prompt_id=self.prompt_set.prompt_id,
                         prompt_sha=self.prompt_set.sha256, bank=self.bank_label)
             for index, game_id in enumerate(game_ids)
         ]
@@ -102,6 +107,13 @@ class RolloutEngine:
         return [Rollout(record, policy.sessions[record.spec.episode_id].turns
                         if record.spec.episode_id in policy.sessions else [])
                 for record in records]
+
+    def _generator(self, model: Any, tokenizer: Any) -> BatchGenerator:
+        if self.vllm_server_url is None:
+            return BatchGenerator(model, tokenizer, max_batch=self.max_batch)
+        from evoharness.training.vllm_generation import VLLMServerGenerator
+
+        return VLLMServerGenerator(model, tokenizer, max_batch=self.max_batch, base_url=self.vllm_server_url)
 
     def close(self) -> None:
         self.pool.close()

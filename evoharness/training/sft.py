@@ -27,7 +27,13 @@ from evoharness.training.tiny_student import (
     build_tiny_student,
     is_local_preset,
 )
-from evoharness.training.trainer_utils import LogCallback, LoraSettings, route_logs, save_trained
+from evoharness.training.trainer_utils import (
+    LogCallback,
+    LoraSettings,
+    newest_checkpoint,
+    route_logs,
+    save_trained,
+)
 
 
 class SFTSettings(BaseModel):
@@ -203,7 +209,6 @@ def train_sft(dataset_path: str, output_dir: str | Path, settings: SFTSettings,
     are saved to ``<output_dir>/model``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.trainer_utils import get_last_checkpoint
     from trl import SFTConfig, SFTTrainer
 
     output = Path(output_dir)
@@ -234,7 +239,7 @@ def train_sft(dataset_path: str, output_dir: str | Path, settings: SFTSettings,
         trainer.add_callback(decision_callback(decisions))
     started = time.perf_counter()
     checkpoints = Path(config.output_dir or output / "checkpoints")
-    trainer.train(resume_from_checkpoint=get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None)
+    trainer.train(resume_from_checkpoint=newest_checkpoint(checkpoints))
     seconds = time.perf_counter() - started
     if validation is not None and not any(h.get("step") == trainer.state.global_step and "eval_loss" in h
                                           for h in trainer.state.log_history):

@@ -50,8 +50,32 @@ def route_logs(trainer: Any, on_log: LogCallback | None) -> None:
 
 
 def save_trained(trainer: Any, tokenizer: Any, model_dir: Path, merged_lora: bool) -> Any:
-    """Save the trained model (LoRA adapters merged into it) and its tokenizer; returns the saved model."""
+    """Save the trained model (LoRA adapters merged into it) and its tokenizer; returns the saved model. Under
+    several processes only the main one writes, and every process waits for it. A sharded model (DeepSpeed
+    ZeRO-3, FSDP) is gathered by the Trainer's ``save_model``; its adapters are merged from the saved folder."""
+    if getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False):
+        trainer.save_model(str(model_dir))
+        if trainer.is_world_process_zero():
+            if merged_lora:
+                from peft import AutoPeftModelForCausalLM
+
+                merged = AutoPeftModelForCausalLM.from_pretrained(str(model_dir)).merge_and_unload()
+                for name in ("adapter_model.safetensors", "adapter_config.json"):
+                    (model_dir / name).unlink(missing_ok=True)
+                merged.save_pretrained(model_dir)
+            tokenizer.save_pretrained(model_dir)
+        trainer.accelerator.wait_for_everyone()
+        return trainer.model
     trained = trainer.model.merge_and_unload() if merged_lora else trainer.model
-    trained.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
+    if trainer.is_world_process_zero():
+        trained.save_pretrained(model_dir)
+        tokenizer.save_pretrained(model_dir)
+    trainer.accelerator.wait_for_everyone()
     return trained
+
+
+def newest_checkpoint(folder: Path) -> str | None:
+    """The newest complete ``checkpoint-N`` in ``folder``, or None. The Trainer writes ``trainer_state.json``
+    last, so a run killed while saving leaves a checkpoint without it, which is skipped."""
+    done = [c for c in folder.glob("checkpoint-*") if (c / "trainer_state.json").is_file()]
+    return str(max(done, key=lambda c: int(c.name.rsplit("-", 1)[1]))) if done else None

@@ -1,0 +1,41 @@
+"""Per-step curves of a GRPO run from its ``rollout_history``: success, harness calls per episode (the
+harness-annealing curve) and the mean of every reward term, as one PNG."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from evoharness.reporting.charts import panels_chart_png
+
+EPISODE_CURVES = {"success": "episode/success", "harness calls / episode": "episode/harness_calls",
+                  "turns / episode": "episode/turns"}
+
+
+def _points(history: Sequence[Mapping[str, Any]], key: str) -> list[tuple[float, float]]:
+    return [(float(h["step"]), float(h[key])) for h in history if key in h and h[key] is not None]
+
+
+def reward_term_keys(history: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The logged reward terms (``rewards/<term>/mean``), in first-seen order."""
+    return list(dict.fromkeys(k for h in history for k in h if k.startswith("rewards/") and k.endswith("/mean")))
+
+
+def grpo_curves_png(model_version: str, history: Sequence[Mapping[str, Any]]) -> bytes:
+    """Success, harness calls and turns per episode, and each reward term's mean, by optimizer step."""
+    panels = {
+        "success": {"success": _points(history, EPISODE_CURVES["success"])},
+        "per episode": {name: _points(history, key) for name, key in EPISODE_CURVES.items() if name != "success"},
+        "reward terms (mean)": {k.removeprefix("rewards/").removesuffix("/mean"): _points(history, k)
+                                for k in reward_term_keys(history)},
+    }
+    return panels_chart_png(panels, f"{model_version}: GRPO by step", "optimizer step")
+
+
+def grpo_curve_table(history: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    """The same curves as a table: one row per logged step (columns absent from the history are left out)."""
+    keys = ["reward", *EPISODE_CURVES.values(), *reward_term_keys(history)]
+    keys = [k for k in keys if any(k in h for h in history)]
+    rows = [[int(h["step"]), *(None if h.get(k) is None else round(float(h[k]), 4) for k in keys)]
+            for h in history if any(k in h for k in keys)]
+    return ["step", *keys], rows
