@@ -10,7 +10,7 @@ warehouse opened only around short reads and writes. The blocking check gates ev
 import dagster as dg
 from pydantic import Field
 
-from assets.lineage import ASSET_CODE_VERSION, id_metadata
+from assets.lineage import ASSET_CODE_VERSION, id_metadata, materialized_value
 from evoharness.consolidation.audit import quality_gate
 from evoharness.consolidation.config import ConsolidationConfig, LLMSettings, QualityThresholds
 from evoharness.consolidation.pipeline import consolidate
@@ -135,11 +135,6 @@ def bpe_examples_quality(context: dg.AssetCheckExecutionContext, warehouse: Ware
 
 def _materialized_consolidator(context: dg.AssetCheckExecutionContext) -> str | None:
     """The consolidator named in the metadata of this partition's latest ``bpe_examples`` materialization."""
-    records = context.instance.fetch_materializations(dg.AssetRecordsFilter(
-        asset_key=bpe_examples.key, asset_partitions=[context.partition_key] if context.has_partition_key else None,
-    ), limit=1).records
-    for record in records:
-        materialization = record.asset_materialization
-        if materialization is not None and "consolidator" in materialization.metadata:
-            return str(materialization.metadata["consolidator"].value)
-    return None
+    value = materialized_value(context.instance, "bpe_examples", "consolidator",
+                               context.partition_key if context.has_partition_key else None)
+    return None if value is None else str(value)

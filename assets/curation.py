@@ -5,7 +5,7 @@ import json
 import dagster as dg
 from pydantic import Field
 
-from assets.lineage import ASSET_CODE_VERSION, id_metadata
+from assets.lineage import ASSET_CODE_VERSION, id_metadata, materialized_value
 from evoharness.consolidation.audit import quality_gate
 from evoharness.consolidation.config import QualityThresholds
 from evoharness.curation.build import curate
@@ -106,11 +106,6 @@ def sft_dataset_no_eval_games(context: dg.AssetCheckExecutionContext,
 
 def _materialized_dataset(context: dg.AssetCheckExecutionContext) -> str | None:
     """The ``dataset_id`` in the metadata of this partition's latest ``sft_dataset`` materialization."""
-    records = context.instance.fetch_materializations(dg.AssetRecordsFilter(
-        asset_key=sft_dataset.key, asset_partitions=[context.partition_key] if context.has_partition_key else None,
-    ), limit=1).records
-    for record in records:
-        materialization = record.asset_materialization
-        if materialization is not None and "dataset_id" in materialization.metadata:
-            return str(materialization.metadata["dataset_id"].value)
-    return None
+    value = materialized_value(context.instance, "sft_dataset", "dataset_id",
+                               context.partition_key if context.has_partition_key else None)
+    return None if value is None else str(value)

@@ -37,22 +37,29 @@ def collection_lineage(result: CollectionResult, run_id: str) -> dict[str, dg.Me
     return id_metadata({**result.lineage, "run_id": run_id})
 
 
-def upstream_value(context: dg.AssetExecutionContext, asset: str, key: str, lookback: int = 50) -> Any:
+def materialized_value(instance: dg.DagsterInstance, asset: str, key: str, partition: str | None,
+                       run_id: str | None = None, lookback: int = 50) -> Any:
+    """``key`` of ``asset``'s materialization metadata for ``partition`` (None: none): the materialization of run
+    ``run_id`` first, else the newest."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition] if partition else None),
+        limit=lookback,
+    ).records
+    found = [(r.run_id, r.asset_materialization) for r in records if r.asset_materialization is not None]
+    found = [(run, m) for run, m in found if key in m.metadata]
+    for _, materialization in sorted(found, key=lambda item: item[0] != run_id):
+        return materialization.metadata[key].value
+    return None
+
+
+def upstream_value(context: dg.AssetExecutionContext, asset: str, key: str) -> Any:
     """``key`` of the upstream ``asset``'s materialization metadata for this partition (None: none).
 
     The materialization of this same run comes first (in a ``distill_teacher`` run the upstream asset was
     materialized just before, so an overlapping run of the same partition cannot swap its id in); outside a
     job run, the partition's latest materialization.
     """
-    records = context.instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[context.partition_key]),
-        limit=lookback,
-    ).records
-    found = [(r.run_id, r.asset_materialization) for r in records if r.asset_materialization is not None]
-    found = [(run, m) for run, m in found if key in m.metadata]
-    for run, materialization in sorted(found, key=lambda item: item[0] != context.run.run_id):
-        return materialization.metadata[key].value
-    return None
+    return materialized_value(context.instance, asset, key, context.partition_key, context.run.run_id)
 
 
 def required_upstream(context: dg.AssetExecutionContext, asset: str, key: str, explicit: str | None) -> str:

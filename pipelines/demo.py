@@ -59,7 +59,8 @@ def main() -> None:
         for check in distilled.get_asset_check_evaluations():
             print(f"  check {check.asset_key.to_user_string()}.{check.check_name}: "
                   f"{'passed' if check.passed else 'FAILED'}")
-        sensor = new_model_version_sensor(dg.build_sensor_context(instance=instance, definitions=defs))
+        sensor = new_model_version_sensor(dg.build_sensor_context(instance=instance, definitions=defs,
+                                                                   resources=defs.resources))
         assert isinstance(sensor, dg.SensorResult), sensor
         for request in sensor.run_requests or []:
             config = {"ops": {"student_evaluation": {"config": DEMO_EVALUATION}}} | QUIET

@@ -37,7 +37,8 @@ def test_teacher_to_evaluated_students(tmp_path: Path, alfworld_data: Path, monk
         checks = {c.check_name: c.passed for c in distilled.get_asset_check_evaluations()}
         assert all(checks.values()) and {"sft_student_learned", "grpo_rollouts_healthy"} <= set(checks)
 
-        requests = new_model_version_sensor(dg.build_sensor_context(instance=instance, definitions=defs)).run_requests
+        tick = dg.build_sensor_context(instance=instance, definitions=defs, resources=defs.resources)
+        requests = new_model_version_sensor(tick).run_requests
         assert len(requests) == 2
         evaluation = defs.resolve_job_def("evaluate_student")
         for request in requests:

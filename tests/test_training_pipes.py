@@ -39,7 +39,7 @@ def test_dagster_cli_trains_sft_student_in_a_child_process(curated_db: Path, tmp
     run = [sys.executable, "-m", "evoharness_cli", "init"]
     done = subprocess.run(run, env=env, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    config = {"ops": {"sft_student": {"config": {"max_steps": 2, "max_length": 1024}}}}
+    config = {"ops": {"sft_student": {"config": {"max_steps": 2, "max_length": 1024, "dataset_id": "sft-expert@v1"}}}}
     materialize = [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "pipelines.definitions", "--select",
                    "sft_student", "--partition", "expert", "--config-json", json.dumps(config)]
     done = subprocess.run(materialize, env=env, cwd=REPO, capture_output=True, text=True, timeout=900, check=False)

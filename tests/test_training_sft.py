@@ -121,3 +121,22 @@ def test_decision_metrics_are_logged_at_every_evaluation(curated: tuple[Path, st
         assert 0.0 <= final[f"decision/{key}_accuracy"] <= 1.0
     assert final["decision/invalid_rate"] == 0.0  # decoded constrained: every turn parses
     assert result.tokens_seen and result.tokens_seen > 0
+
+
+def test_processes_building_the_same_base_end_with_one_whole_folder(tmp_path: Path) -> None:
+    """Every process of an `accelerate launch` builds the tiny base at once: each in its own folder, one rename
+    wins, and every process gets the same complete base (no half-written folder, no leftovers)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from transformers import AutoModelForCausalLM
+
+    from evoharness.training.sft import _base_model
+
+    train = [{"prompt": [{"role": "user", "content": f"task {i}: put a mug on the shelf"}],
+              "completion": [{"role": "assistant", "content": f"go to shelf {i}"}]} for i in range(20)]
+    folder = tmp_path / "base"
+    with ThreadPoolExecutor(3) as pool:
+        built = list(pool.map(lambda _: _base_model(SFTSettings.tiny_student(), train, folder), range(3)))
+    assert built == [str(folder)] * 3
+    assert [p.name for p in tmp_path.iterdir()] == ["base"]
+    assert AutoModelForCausalLM.from_pretrained(folder).num_parameters() > 0

@@ -9,6 +9,8 @@ Qwen3 one of a hub base as well as the tiny student's copy of it.
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,7 +179,18 @@ def _base_model(settings: SFTSettings, train: Any, folder: Path) -> str:
         return settings.base_model
     if (folder / "config.json").is_file():  # built by an earlier, interrupted run of the same training
         return str(folder)
-    return str(build_tiny_student(folder, corpus(train), settings.spec()))
+    # Every process of a launch builds the same (seeded) student: each in its own folder, then one rename wins,
+    # so no process ever loads a half-written base.
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = build_tiny_student(tempfile.mkdtemp(prefix=f"{folder.name}.building-", dir=folder.parent),
+                                 corpus(train), settings.spec())
+    try:
+        staging.rename(folder)
+    except OSError:
+        if not (folder / "config.json").is_file():
+            raise
+        shutil.rmtree(staging)  # another process renamed its identical build first
+    return str(folder)
 
 
 def _decision_rows(validation: Any, turns: int) -> list[dict[str, Any]]:
