@@ -24,7 +24,8 @@ RESULTS = Path(__file__).resolve().parent / "results" / "students.json"
 SFT_STEPS = "1300"
 GRPO_SETTINGS = ["--max-steps", "24", "--games-per-step", "2", "--num-generations", "4", "--learning-rate", "1e-4",
                  "--save-steps", "4"]  # ~3 min a step on one core: 8 episodes of <= 50 turns, then one update
-CURVES = RESULTS.parent / "grpo_curves.png"
+GRPO_FLAGS = {"--max-steps": "max_steps", "--games-per-step": "games_per_step", "--num-generations": "num_generations",
+              "--learning-rate": "learning_rate", "--save-steps": "save_steps"}
 SPLIT_GAMES = {"valid_seen": 140, "valid_unseen": 134}  # an evaluation stopped early says so (resumable)
 DATA = [
     ["evoharness", "collect", "--teacher", "expert", "--split", "train", "--limit", "900"],
@@ -84,9 +85,17 @@ def grpo_curve(row: dict) -> dict:
     from evoharness.reporting.training_curves import grpo_curve_table, grpo_curves_png
 
     history = json.loads(row["rollout_history"] or "[]")
-    save_png(grpo_curves_png(row["model_version"], history), CURVES)
+    png = save_png(grpo_curves_png(row["model_version"], history), RESULTS.parent / f"{row['model_version']}_curves.png")
     columns, rows = grpo_curve_table(history)
-    return {"curve_png": str(CURVES.relative_to(RESULTS.parents[2])), "curve_columns": columns, "curve": rows}
+    return {"curve_png": str(png.relative_to(RESULTS.parents[2])), "curve_columns": columns, "curve": rows}
+
+
+def grpo_command(parent: str, settings: dict) -> list[str]:
+    """The `evoharness grpo` command that trains a GRPO version with these stored settings."""
+    flags = [part for flag, key in GRPO_FLAGS.items() for part in (flag, str(settings[key]))]
+    call_cost = settings["reward"]["call_cost"]
+    return ["evoharness", "grpo", "--parent-version", parent, *flags,
+            *(["--call-cost", str(call_cost)] if call_cost else [])]
 
 
 def write_results(db: str, commands: dict[str, list[list[str]]]) -> None:
@@ -127,12 +136,14 @@ def main() -> None:
     grpo = ["evoharness", "grpo", "--parent-version", students.get("bpe", "?"), *GRPO_SETTINGS]
     if "grpo" in args.stages:
         run(grpo)
-    children = [r["model_version"] for r in versions(db) if students and r["parent_version"] == students["bpe"]]
-    if children:
-        evaluate_child = ["evoharness", "evaluate", "--model-version", children[-1]]
-        if "grpo" in args.stages:
+    children = [r for r in versions(db) if students and r["parent_version"] == students["bpe"]]
+    for child in children:  # every GRPO run from the BPE student, each with the command that trained it
+        evaluate_child = ["evoharness", "evaluate", "--model-version", child["model_version"]]
+        if "grpo" in args.stages and child is children[-1]:
             run(evaluate_child)
-        commands[children[-1]] = [*commands[students["bpe"]][:-1], grpo, evaluate_child]
+        commands[child["model_version"]] = [*commands[students["bpe"]][:-1],
+                                            grpo_command(students["bpe"], json.loads(child["settings"])),
+                                            evaluate_child]
     if "results" in args.stages:
         write_results(db, commands)
 
