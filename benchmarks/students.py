@@ -67,16 +67,17 @@ def sft_version(db: str, view: str) -> str:
 
 
 def evaluation(db: str, policy: str) -> dict[str, dict[str, float]]:
+    """The policy's overall row per split of the ``policy_evaluation`` view (the one success_rate definition)."""
     con = duckdb.connect(db, read_only=True)
     try:
         rows = con.execute(
-            "SELECT split, count(*), avg(won::INT), avg(n_steps), avg(n_harness_calls) FROM episodes "
-            "WHERE teacher = ? AND status = 'finished' AND max_steps = 70 GROUP BY split", [policy]).fetchall()
+            "SELECT split, finished, success_rate, mean_steps, mean_harness_calls FROM policy_evaluation "
+            "WHERE policy = ? AND max_steps = 70 AND task_type = 'ALL'", [policy]).fetchall()
     finally:
         con.close()
     return {split: {"episodes": n, "games_in_split": SPLIT_GAMES[split], "complete": n == SPLIT_GAMES[split],
-                    "success": round(won, 4), "mean_steps": round(steps, 2), "harness_calls": round(calls, 3)}
-            for split, n, won, steps, calls in rows}
+                    "success": success, "mean_steps": steps, "harness_calls": calls}
+            for split, n, success, steps, calls in rows}
 
 
 def grpo_curve(row: dict) -> dict:
