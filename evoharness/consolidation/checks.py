@@ -6,7 +6,7 @@ that precision and recall can be recomputed in SQL from ``belief_checks`` alone.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from evoharness.envs.alfworld.belief import AlfworldBelief
@@ -23,7 +23,8 @@ class BeliefCheck:
     ok: bool
 
     def row(self, **keys: Any) -> dict[str, Any]:
-        return keys | asdict(self)
+        return keys | {"check_kind": self.check_kind, "aspect": self.aspect, "subject": self.subject,
+                       "believed": self.believed, "actual": self.actual, "ok": self.ok}
 
 
 def belief_checks(belief: AlfworldBelief, facts: WorldFacts) -> list[BeliefCheck]:

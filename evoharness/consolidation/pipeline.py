@@ -1,8 +1,8 @@
 """Asynchronous consolidation of one teacher's stored episodes, in batches, with bounded concurrency.
 
 Per batch: replay every episode on the engine and ask the consolidator for an annotation (at most
-``concurrency`` episodes in flight), build the examples with the batch's frozen bank, write each episode
-in its own short transaction, then induce the next bank version from the batch's train episodes.
+``concurrency`` episodes in flight), build the examples with the batch's frozen bank, write the batch
+in one short transaction, then induce the next bank version from the batch's train episodes.
 The warehouse is opened only around reads and writes, so other processes can write in between.
 """
 
@@ -26,7 +26,7 @@ from evoharness.consolidation.examples import EpisodeExamples, build_examples
 from evoharness.consolidation.plan import Annotation, Consolidator, TaskInfo
 from evoharness.consolidation.replay import ReplayError, replay_episode
 from evoharness.consolidation.source import SourceEpisode, load_source_episodes
-from evoharness.consolidation.store import consolidated_ids, insert_rows, replace_episode_rows
+from evoharness.consolidation.store import EpisodeRows, consolidated_ids, insert_rows, replace_episodes_rows
 from evoharness.envs.alfworld.catalog import GameCatalog
 from evoharness.envs.pool import EnvPool, EnvWorkerError
 from evoharness.harness.budget import StepBudget
@@ -170,19 +170,17 @@ async def _run_batches(
                     return await _consolidate_one(ep, consolidator, pool, catalog, frozen, config, crun)
 
             outcomes = await asyncio.gather(*(one(ep) for ep in batch))
+            rows = [EpisodeRows(_episode_row(o, consolidator.name, crun, bank, engine),
+                                *((o.built.examples, o.built.belief_rows, o.built.progress_rows) if o.built else ()))
+                    for o in outcomes]
             with Warehouse(db_path) as wh:
-                for outcome in outcomes:
-                    built = outcome.built
-                    replace_episode_rows(
-                        wh, consolidator.name, _episode_row(outcome, consolidator.name, crun, bank, engine),
-                        built.examples if built else [], built.belief_rows if built else [],
-                        built.progress_rows if built else [],
-                    )
-                    result.failed += outcome.failure is not None
-                    result.consolidated += outcome.failure is None
-                    everything.append(outcome)
-                    if on_progress is not None:
-                        on_progress(len(everything), len(episodes), outcome)
+                replace_episodes_rows(wh, consolidator.name, rows)
+            for outcome in outcomes:
+                result.failed += outcome.failure is not None
+                result.consolidated += outcome.failure is None
+                everything.append(outcome)
+                if on_progress is not None:
+                    on_progress(len(everything), len(episodes), outcome)
             if config.evolve_bank:
                 bank = await _evolve(db_path, bank, outcomes, contributed, consolidator, crun, result)
     return everything

@@ -7,7 +7,10 @@ write (opening waits while another process holds the file).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
+
+import pyarrow as pa
 
 from warehouse import Warehouse
 
@@ -20,19 +23,37 @@ def insert_rows(wh: Warehouse, table: str, rows: Sequence[dict[str, Any]]) -> No
     wh.insert(table, rows, json_columns=_JSON_COLUMNS)
 
 
-def replace_episode_rows(
-    wh: Warehouse, consolidator: str, episode_row: dict[str, Any], examples: Sequence[dict[str, Any]],
-    belief_rows: Sequence[dict[str, Any]], progress_rows: Sequence[dict[str, Any]],
-) -> None:
-    """Replace one episode's consolidation by ``consolidator`` (rows of every table, atomically)."""
-    key = [episode_row["episode_id"], consolidator]
+@dataclass(frozen=True)
+class EpisodeRows:
+    """Everything one consolidated episode writes: its ``consolidated_episodes`` row and its child rows."""
+
+    episode: dict[str, Any]
+    examples: Sequence[dict[str, Any]] = ()
+    belief_checks: Sequence[dict[str, Any]] = ()
+    progress_checks: Sequence[dict[str, Any]] = ()
+
+
+def replace_episodes_rows(wh: Warehouse, consolidator: str, episodes: Sequence[EpisodeRows]) -> None:
+    """Replace the consolidation by ``consolidator`` of a batch of episodes, atomically.
+
+    One DELETE per table for the whole batch (a semi-join on the batch's ids) and one bulk insert per table:
+    per-episode deletes scan the table once per episode, which grows quadratically at 50,000 episodes.
+    """
+    if not episodes:
+        return
+    ids = pa.table({"episode_id": [e.episode["episode_id"] for e in episodes]})
     with wh.transaction():
-        for table in ("bpe_examples", "belief_checks", "progress_checks", "consolidated_episodes"):
-            wh.con.execute(f"DELETE FROM {table} WHERE episode_id = ? AND consolidator = ?", key)
-        insert_rows(wh, "consolidated_episodes", [episode_row])
-        insert_rows(wh, "bpe_examples", examples)
-        insert_rows(wh, "belief_checks", belief_rows)
-        insert_rows(wh, "progress_checks", progress_rows)
+        wh.con.register("_batch_ids", ids)
+        try:
+            for table in ("bpe_examples", "belief_checks", "progress_checks", "consolidated_episodes"):
+                wh.con.execute(f"DELETE FROM {table} WHERE consolidator = ? AND episode_id IN "
+                               "(SELECT episode_id FROM _batch_ids)", [consolidator])
+        finally:
+            wh.con.unregister("_batch_ids")
+        insert_rows(wh, "consolidated_episodes", [e.episode for e in episodes])
+        insert_rows(wh, "bpe_examples", [row for e in episodes for row in e.examples])
+        insert_rows(wh, "belief_checks", [row for e in episodes for row in e.belief_checks])
+        insert_rows(wh, "progress_checks", [row for e in episodes for row in e.progress_checks])
 
 
 def consolidated_ids(wh: Warehouse, teacher: str, consolidator: str) -> set[str]:
