@@ -5,7 +5,8 @@ Collection and consolidation have one path each (the library's, in chunks so tha
 curation runs today's path (per-episode Python loops, every pair of a game compared for near-duplicates)
 beside the columnar one (DuckDB SQL + polars, MinHash LSH near-duplicates) on the same candidates, and
 checks that both choose the same episodes. Every phase resumes: a rerun skips stored episodes and
-consolidated episodes, and keeps the measurements of phases already done (``--phases`` picks some).
+consolidated episodes, and a phase with nothing left to run keeps the measurement of the invocation
+that ran it (``--phases`` picks some).
 
     nohup nice -n 15 python benchmarks/data_scale.py > /tmp/data_scale.log 2>&1 &
     python benchmarks/data_scale.py --games 60 --seeds 4 --db /tmp/small.duckdb   # a quick look
@@ -142,7 +143,11 @@ def main() -> None:
               "curate": lambda: phase_curate(args.db, args.db.parent / "datasets")}
     for name in args.phases:
         log(f"phase {name}")
-        report[name] = phases[name]()
+        measured = phases[name]()
+        if measured.get("episodes_run") == 0 and name in report:
+            log(f"{name}: nothing left to run; keeping the measurement of the run that did it")
+        else:
+            report[name] = measured
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"\n{'stage':<12} {'episodes':>9} {'seconds':>9} {'episodes/s':>11}   today's path beside it")
