@@ -187,10 +187,10 @@ class EpisodeWriter:
     DuckDB checkpoint) per episode.
     """
 
-    def __init__(self, warehouse: Warehouse, run_id: str, code_version: str, model_version: str | None = None
-                 ) -> None:
+    def __init__(self, warehouse: Warehouse, run_id: str, code_version: str, model_version: str | None = None,
+                 policy_kind: PolicyKind = "teacher") -> None:
         self.warehouse, self.run_id, self.code_version = warehouse, run_id, code_version
-        self.model_version = model_version
+        self.model_version, self.policy_kind = model_version, policy_kind
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="warehouse-writer")
         self._queued = 0
         self._lock = threading.Lock()
@@ -203,8 +203,7 @@ class EpisodeWriter:
 
     def _store(self, record: EpisodeRecord) -> bool:
         try:
-            kind: PolicyKind = "teacher" if self.model_version is None else "student"
-            row = episode_row(record, self.run_id, self.code_version, kind, self.model_version)
+            row = episode_row(record, self.run_id, self.code_version, self.policy_kind, self.model_version)
             return self.warehouse.write_episode(row, step_rows(record))
         finally:
             with self._lock:
@@ -227,12 +226,15 @@ def collect(
     on_progress: Callable[[int, int, EpisodeRecord], None] | None = None,
     registry: TeacherRegistry | None = None,
     model_version: str | None = None,
+    wrap_policy: Callable[[Policy], Policy] | None = None,
 ) -> CollectionResult:
     """Run the episodes of ``config`` not yet finished in ``warehouse``; write each as it completes.
 
     ``registry`` defaults to the teacher registry file, which the warehouse ``teachers`` table is reconciled
     with. Evaluation passes a registry holding a student and its ``model_version``: the episodes are then
     student episodes naming that version, and the ``teachers`` table is left alone (students are not teachers).
+    ``wrap_policy`` (relabelling) wraps the student so that the expert labels its turns: its episodes are
+    ``relabel`` episodes, never counted as evaluation.
     """
     if registry is None:
         registry = TeacherRegistry.load(config.teachers_file)
@@ -241,6 +243,11 @@ def collect(
         reconcile_warehouse(warehouse, registry, prune=False)
     teacher = registry.get(config.teacher)
     policy = build_policy(config.teacher, config.mode, registry)  # fails fast on a missing key
+    if wrap_policy is not None:
+        if model_version is None:
+            raise ValueError("only a student (a model version) is relabelled")
+        policy = wrap_policy(policy)
+    policy_kind: PolicyKind = "teacher" if model_version is None else "student" if wrap_policy is None else "relabel"
     bank = episode_bank(config, warehouse)
     specs = plan_episodes(config, bank)
     warehouse.upsert_games(spec.game.as_row() for spec in {s.game.game_id: s for s in specs}.values())
@@ -257,7 +264,7 @@ def collect(
     )
     checked: list[PreflightResult] = []
     counts = {"written": 0, "finished": 0}
-    writer = EpisodeWriter(warehouse, run_id=run_id, code_version=code_version(), model_version=model_version)
+    writer = EpisodeWriter(warehouse, run_id, code_version(), model_version, policy_kind)
 
     async def write(record: EpisodeRecord) -> None:
         stored = await writer.write(record)
@@ -289,7 +296,7 @@ def collect(
         stop_reason=guard.stop_reason,
         spent_usd=guard.spent_usd if priced else None,
         preflight=checked[0] if checked else None,
-        lineage={"teacher": config.teacher, "policy_kind": "teacher" if model_version is None else "student",
+        lineage={"teacher": config.teacher, "policy_kind": policy_kind,
                  "model_version": model_version, "provider": teacher.provider.value, "model": teacher.model,
                  "prompt_id": prompt_set.prompt_id, "prompt_sha": prompt_set.sha256,
                  "bank": bank_label(bank) if config.mode is Mode.BPE else None, "code_version": code_version()},

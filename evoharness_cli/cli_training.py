@@ -1,13 +1,16 @@
-"""``evoharness sft | grpo | evaluate``: train student model versions, and play them on the evaluation splits."""
+"""``evoharness sft | grpo | evaluate | relabel``: train student model versions, play them on the evaluation splits,
+and relabel the states they reach with the expert (DAgger)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated
 
 import typer
 
+from evoharness.curation.relabelled import curate_relabelled
 from evoharness.evaluation.run import EVAL_SPLITS, EvaluationConfig, evaluate
 from evoharness.harness.prompts import Mode
 from evoharness.lineage import new_run_id
@@ -15,6 +18,7 @@ from evoharness.training.grpo import GRPOSettings
 from evoharness.training.model_versions import (
     ModelVersion,
     TrainingJob,
+    continued_sft_settings,
     plan_grpo_version,
     plan_sft_version,
     store_training_result,
@@ -23,6 +27,7 @@ from evoharness.training.model_versions import (
     train_grpo_version,
     train_sft_version,
 )
+from evoharness.training.relabel import RelabelConfig, collect_expert_labels
 from evoharness.training.sft import SFTSettings
 from evoharness.training.tiny_student import STUDENT_PRESETS, TINY
 from evoharness.training.trainer_utils import LogCallback
@@ -45,6 +50,9 @@ def sft_command(
                                                      "teacher's latest].")] = None,
     base_model: Annotated[str, typer.Option(help="Hub id (e.g. Qwen/Qwen3-8B), local folder, or a student built "
                                                  f"here: {' | '.join(STUDENT_PRESETS)}.")] = TINY,
+    parent_version: Annotated[str | None, typer.Option(help="Go on training this model version's weights with its "
+                                                            "settings (e.g. on its relabelled dataset); replaces "
+                                                            "--base-model.")] = None,
     epochs: Annotated[float | None, typer.Option(help="Passes over the training split [default: preset].")] = None,
     learning_rate: Annotated[float | None, typer.Option(help="[default: preset]")] = None,
     batch_size: Annotated[int | None, typer.Option(help="Examples per optimizer step [default: preset].")] = None,
@@ -61,17 +69,23 @@ def sft_command(
     db: DbOption = None,
 ) -> None:
     """Fine-tune a student with TRL (SFT) and record it as a model version (same dataset + settings: reused)."""
-    settings = SFTSettings.for_base(base_model, lora_r=lora_r, epochs=epochs, learning_rate=learning_rate,
-                                    batch_size=batch_size, max_length=max_length, max_steps=max_steps, view=view,
-                                    prompt_set=prompt_set)
+    overrides = {"epochs": epochs, "learning_rate": learning_rate, "batch_size": batch_size, "max_length": max_length,
+                 "max_steps": max_steps, "view": view, "prompt_set": prompt_set}
     with Warehouse(db or default_db_path()) as wh:
+        try:
+            settings = continued_sft_settings(wh, parent_version, **overrides) if parent_version else \
+                SFTSettings.for_base(base_model, lora_r=lora_r, **overrides)
+        except LookupError as exc:
+            raise typer.BadParameter(str(exc)) from exc
         root = models_dir or str(wh.path.parent / "models")
         dataset_id = dataset or choose(teacher_datasets(wh, teacher), "dataset", teacher)
         if launch is not None:
-            version = launched(wh, plan_sft_version(wh, dataset_id, settings, root, new_run_id()), launch)
+            planned = plan_sft_version(wh, dataset_id, settings, root, new_run_id(), parent_version)
+            version = launched(wh, planned, launch)
         else:
             with training_progress("SFT steps", ("loss", "eval_loss")) as on_log:
-                version = train_sft_version(wh, dataset_id, settings, root, new_run_id(), on_log=on_log)
+                version = train_sft_version(wh, dataset_id, settings, root, new_run_id(), on_log=on_log,
+                                            parent_version=parent_version)
     print_version(version)
 
 
@@ -188,3 +202,36 @@ def evaluate_command(
         except LookupError as exc:
             raise typer.BadParameter(str(exc)) from exc
     print_table(f"{model_version} ({result.mode.value}) beside its teacher", result.columns, result.rows)
+
+
+def relabel_command(
+    model_version: Annotated[str, typer.Option(help="The student that plays (a trained model version).")],
+    dataset: Annotated[str | None, typer.Option(help="Base dataset the labelled states are added to [default: "
+                                                     "the one the student was trained on].")] = None,
+    limit: Annotated[int | None, typer.Option(help="First N train games [default: all].")] = None,
+    seeds: Annotated[list[int] | None, typer.Option("--seed", help="Seed per game (repeatable) [default: 0].")] = None,
+    max_steps: Annotated[int, typer.Option(help="Step budget per episode.")] = 70,
+    concurrency: Annotated[int, typer.Option(help="Episodes in flight (their turns generate as one batch).")] = 16,
+    db: DbOption = None,
+) -> None:
+    """DAgger: the student plays train games, the expert labels every state it reaches, and the labelled states
+    join its training dataset as a new, relabelled dataset (resumable; train it with `sft --parent-version`)."""
+    config = RelabelConfig(model_version=model_version, limit=limit, seeds=tuple(seeds or (0,)),
+                           max_steps=max_steps, concurrency=concurrency)
+    quiet_third_party()
+    run_id = new_run_id()
+    with Warehouse(db or default_db_path()) as wh:
+        base = dataset or wh.scalar("SELECT dataset_id FROM model_versions WHERE model_version = ?", [model_version])
+        with progress_reporter(f"{model_version} relabelling") as update:
+            try:
+                collected = collect_expert_labels(wh, config, run_id,
+                                                  on_progress=lambda done, total, record: update(done, total, ""))
+            except LookupError as exc:
+                raise typer.BadParameter(str(exc)) from exc
+        result = curate_relabelled(wh, base, model_version, run_id)
+    print_table(f"relabelled dataset {result.dataset_id}{' (stored, reused)' if result.reused else ''}",
+                ["field", "value"], [("episodes played", len(collected.records)), ("won", collected.won),
+                                     ("base dataset", base), ("train examples", result.n_train),
+                                     ("validation examples", result.n_validation),
+                                     ("left out", json.dumps(result.dropped)), ("path", result.path)])
+    console.print(f"next: evoharness sft --parent-version {model_version} --dataset {result.dataset_id}")

@@ -85,3 +85,33 @@ def tiny_grpo(tmp_path_factory: pytest.TempPathFactory, catalog) -> tuple[Path, 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     fixed = record_expert_rollouts(games, tokenizer, group=2, budgets=(30, 4), prompt_tokens=48, completion_tokens=16)
     return model_dir, fixed, games
+
+
+OVERFIT_SETTINGS = {"prompt_set": "alfworld/bpe_compact", "epochs": 100, "learning_rate": 3e-3, "batch_size": 4,
+                    "per_device_batch_size": 4, "max_length": 1024, "logging_steps": 50, "save_steps": 10_000}
+
+
+@pytest.fixture(scope="module")  # each module its own: their tests write to it
+def overfit(tmp_path_factory: pytest.TempPathFactory, alfworld_data: Path) -> tuple[Path, str, Path]:
+    """(warehouse, SFT model version, models folder): a tiny student trained on one train game's expert turns
+    in the compact student rendering (10 turns, 100 passes)."""
+    from evoharness.collection import CollectionConfig, collect
+    from evoharness.consolidation.config import ConsolidationConfig
+    from evoharness.consolidation.pipeline import consolidate
+    from evoharness.consolidation.rules import RuleConsolidator
+    from evoharness.curation.build import curate
+    from evoharness.curation.config import CurationConfig
+    from evoharness.training.model_versions import train_sft_version
+    from evoharness.training.sft import SFTSettings
+    from warehouse import Warehouse
+
+    folder = tmp_path_factory.mktemp("overfit")
+    db = folder / "w.duckdb"
+    with Warehouse(db) as wh:
+        collect(CollectionConfig(split="train", limit=1, engine="fast", workers=0), wh, "t")
+    consolidate(ConsolidationConfig(engine="fast", workers=0), db, RuleConsolidator(), "t")
+    with Warehouse(db) as wh:
+        dataset = curate(wh, CurationConfig(output_dir=str(folder / "datasets"), validation_fraction=0.0), "t")
+        settings = SFTSettings.tiny_student(**OVERFIT_SETTINGS)
+        version = train_sft_version(wh, dataset.dataset_id, settings, folder / "models", "t")
+    return db, version.model_version, folder / "models"

@@ -10,41 +10,12 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
-from evoharness.collection import CollectionConfig, collect
-from evoharness.consolidation.config import ConsolidationConfig
-from evoharness.consolidation.pipeline import consolidate
-from evoharness.consolidation.rules import RuleConsolidator
-from evoharness.curation.build import curate
-from evoharness.curation.config import CurationConfig
 from evoharness.evaluation.run import EvaluationConfig, evaluate
 from evoharness.training.grpo import GRPOSettings
-from evoharness.training.model_versions import train_grpo_version, train_sft_version
-from evoharness.training.sft import SFTSettings
+from evoharness.training.model_versions import train_grpo_version
 from warehouse import Warehouse
 
 REPO = Path(__file__).resolve().parents[1]
-# One train game, learned by heart in the compact student rendering (10 turns, 100 passes).
-OVERFIT = SFTSettings.tiny_student(prompt_set="alfworld/bpe_compact", epochs=100, learning_rate=3e-3,
-                                   batch_size=4, per_device_batch_size=4,
-                                   max_length=1024, logging_steps=50, save_steps=10_000)
-
-
-@pytest.fixture(scope="module")
-def overfit(tmp_path_factory: pytest.TempPathFactory, alfworld_data: Path) -> tuple[Path, str, Path]:
-    """(warehouse, SFT model version, models folder): a tiny student trained on one train game's expert turns."""
-    folder = tmp_path_factory.mktemp("overfit")
-    db = folder / "w.duckdb"
-    with Warehouse(db) as wh:
-        collect(CollectionConfig(split="train", limit=1, engine="fast", workers=0), wh, "t")
-    consolidate(ConsolidationConfig(engine="fast", workers=0), db, RuleConsolidator(), "t")
-    with Warehouse(db) as wh:
-        dataset = curate(wh, CurationConfig(output_dir=str(folder / "datasets"), validation_fraction=0.0), "t")
-        version = train_sft_version(wh, dataset.dataset_id, OVERFIT, folder / "models", "t")
-    return db, version.model_version, folder / "models"
-
-
 def test_overfit_student_wins_its_game(overfit: tuple[Path, str, Path]) -> None:
     db, model_version, _ = overfit
     with Warehouse(db) as wh:

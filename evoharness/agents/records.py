@@ -62,6 +62,8 @@ class StepRecord:
     input_tokens: int | None = None
     output_tokens: int | None = None
     cost_usd: float | None = None
+    label: str | None = None  # the expert's turn for this state (relabelled episodes only)
+    turn_vars: str | None = None  # JSON of the prompt's turn variables, kept with a label to re-render it
 
 
 @dataclass

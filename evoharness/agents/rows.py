@@ -7,13 +7,15 @@ from typing import Any, Literal
 
 from evoharness.agents.records import EpisodeRecord
 
-PolicyKind = Literal["teacher", "student"]
+PolicyKind = Literal["teacher", "student", "relabel"]
+"""``teacher``: a registry entry; ``student``: a model version playing (evaluation); ``relabel``: a model version
+playing on train games while the expert labels every state it reaches (DAgger)."""
 
 
 def episode_row(record: EpisodeRecord, run_id: str, code_version: str, policy_kind: PolicyKind = "teacher",
                 model_version: str | None = None) -> dict[str, Any]:
-    """The ``episodes`` row of ``record``. Students (``policy_kind='student'``) name their model version."""
-    if (policy_kind == "student") != (model_version is not None):
+    """The ``episodes`` row of ``record``. Students (``student``, ``relabel``) name their model version."""
+    if (policy_kind != "teacher") != (model_version is not None):
         raise ValueError("a student episode names its model version, and only a student episode does")
     spec = record.spec
     return {

@@ -8,6 +8,7 @@ killed midway keeps every episode that completed.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -101,7 +102,8 @@ async def run_episode(
                     admissible=admissible, won=current.won, done=current.done, score=current.score,
                     prompt=prompt.text, prompt_id=prompt.prompt_id, prompt_sha=prompt.prompt_sha,
                     latency_ms=latency_ms, input_tokens=output.input_tokens, output_tokens=output.output_tokens,
-                    cost_usd=output.cost_usd,
+                    cost_usd=output.cost_usd, label=output.label,
+                    turn_vars=None if output.label is None else json.dumps(prompt.turn_vars),
                 )
             )
             t += 1

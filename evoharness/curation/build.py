@@ -93,14 +93,17 @@ def curate(wh: Warehouse, config: CurationConfig, run_id: str) -> DatasetResult:
 
 
 def record_dataset(wh: Warehouse, config: CurationConfig, run_id: str, examples: pl.DataFrame,
-                   episodes: pl.DataFrame, dropped: dict[str, int]) -> DatasetResult:
+                   episodes: pl.DataFrame, dropped: dict[str, int], provenance: dict[str, Any] | None = None
+                   ) -> DatasetResult:
     """Save ``examples`` (one row per example with ``dataset_split`` and lineage ids) as a dataset version and
-    record it: ``datasets``, ``dataset_games``, ``dataset_examples``. An identical dataset is reused."""
+    record it: ``datasets``, ``dataset_games``, ``dataset_examples``. An identical dataset is reused.
+    ``provenance`` (a derived dataset's inputs, e.g. its base dataset) is recorded with the config."""
     import datasets
 
     keys = examples.select("episode_id", "turn").sort("episode_id", "turn").rows()
-    content_sha = hashlib.sha256(json.dumps([[list(k) for k in keys],
-                                             config.model_dump(exclude={"output_dir"})]).encode()).hexdigest()
+    recorded_config = config.model_dump(mode="json") | (provenance or {})
+    content_sha = hashlib.sha256(json.dumps([[list(k) for k in keys], {
+        k: v for k, v in recorded_config.items() if k != "output_dir"}]).encode()).hexdigest()
     existing = wh.con.execute("SELECT dataset_id, path, n_train, n_validation, composition, dropped, bank_version "
                               "FROM datasets WHERE name = ? AND content_sha = ?", [config.dataset_name, content_sha]).fetchone()
     if existing and Path(existing[1]).is_dir():
@@ -134,7 +137,7 @@ def record_dataset(wh: Warehouse, config: CurationConfig, run_id: str, examples:
             "dropped": json.dumps(dropped), "bank_id": bank_id, "bank_version": bank_version,
             "example_bank_versions": json.dumps(sorted(set(examples["bank_version"].to_list()))),
             "source_episodes": episodes["episode_id"].to_list(), "consolidation_runs": json.dumps(runs),
-            "config": config.model_dump_json(), "created_at": datetime.now(UTC), "code_version": code_version(),
+            "config": json.dumps(recorded_config), "created_at": datetime.now(UTC), "code_version": code_version(),
             "run_id": run_id,
         }])
         insert_rows(wh, "dataset_games", [

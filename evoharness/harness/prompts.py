@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cache
 from pathlib import Path
@@ -41,6 +41,7 @@ class RenderedPrompt:
     user: str
     prompt_id: str
     prompt_sha: str
+    turn_vars: dict[str, Any] = field(default_factory=dict, compare=False)  # what the turn template was given
 
     def messages(self) -> list[dict[str, str]]:
         return [{"role": "system", "content": self.system}, {"role": "user", "content": self.user}]
@@ -66,6 +67,7 @@ class PromptSet:
             user=self.turn_template.render(**turn_vars).strip(),
             prompt_id=self.prompt_id,
             prompt_sha=self.sha256,
+            turn_vars=turn_vars,
         )
 
 

@@ -40,12 +40,14 @@ class TurnContext:
 
 @dataclass(frozen=True)
 class PolicyOutput:
-    """A turn's raw text and, where the policy has them, tokens and cost."""
+    """A turn's raw text and, where the policy has them, tokens and cost. ``label``: the turn an expert would
+    have played in the same state (set only by relabelling policies, see :mod:`evoharness.training.relabel`)."""
 
     text: str
     input_tokens: int | None = None
     output_tokens: int | None = None
     cost_usd: float | None = None
+    label: str | None = None
 
 
 class PolicySession(Protocol):

@@ -129,15 +129,27 @@ def teacher_sft_versions(wh: Warehouse, teacher: str) -> list[str]:
                                          "AND stage = 'sft' ORDER BY created_at DESC", [teacher]).fetchall()]
 
 
+def continued_sft_settings(wh: Warehouse, parent_version: str, **overrides: Any) -> SFTSettings:
+    """SFT settings that go on training ``parent_version``'s weights: its own settings (rendering, length,
+    batch), its folder as the base model, and ``overrides`` (None values keep the parent's)."""
+    parent = stored_version(wh, parent_version)
+    if parent is None:
+        raise LookupError(f"Unknown model version {parent_version!r} (or its files are gone).")
+    given = {k: v for k, v in overrides.items() if v is not None}
+    inherited = parent.row["settings"] | {"base_model": parent.path, "student_spec": None, "max_steps": None}
+    return SFTSettings.model_validate(inherited | given)
+
+
 def plan_sft_version(wh: Warehouse, dataset_id: str, settings: SFTSettings, models_root: str | Path,
-                     run_id: str) -> ModelVersion | TrainingJob:
-    """The stored SFT version of the dataset ``dataset_id`` with these settings, or the job that trains it."""
+                     run_id: str, parent_version: str | None = None) -> ModelVersion | TrainingJob:
+    """The stored SFT version of the dataset ``dataset_id`` with these settings, or the job that trains it.
+    ``parent_version``: the version whose weights ``settings.base_model`` names (``continued_sft_settings``)."""
     teacher, dataset_path = dataset_source(wh, dataset_id)
     model_version = version_id(teacher, "sft", dataset_id, settings)
     if (stored := stored_version(wh, model_version)) is not None:
         return stored
     return TrainingJob(stage="sft", model_version=model_version, teacher=teacher, dataset_id=dataset_id,
-                       source=dataset_path, base_model=settings.base_model,
+                       source=dataset_path, parent_version=parent_version, base_model=settings.base_model,
                        output_dir=str(Path(models_root) / model_version), settings=settings.model_dump(mode="json"),
                        prompt_set=settings.prompt_set or f"alfworld/{settings.view}", run_id=run_id)
 
@@ -199,10 +211,11 @@ RESULT_FIELDS = ("path", "train_examples", "validation_examples", "steps", "trai
 
 
 def train_sft_version(wh: Warehouse, dataset_id: str, settings: SFTSettings, models_root: str | Path,
-                      run_id: str, on_log: LogCallback | None = None) -> ModelVersion:
+                      run_id: str, on_log: LogCallback | None = None, parent_version: str | None = None
+                      ) -> ModelVersion:
     """Train (or reuse) the SFT student of the dataset ``dataset_id``. The warehouse is released while
     training runs, so other stages can write meanwhile."""
-    planned = plan_sft_version(wh, dataset_id, settings, models_root, run_id)
+    planned = plan_sft_version(wh, dataset_id, settings, models_root, run_id, parent_version)
     if isinstance(planned, ModelVersion):
         return planned
     wh.release()

@@ -1,0 +1,102 @@
+"""On-policy relabelling (DAgger): a student plays train games and the expert labels every state it reaches.
+
+The student acts (so the states are the ones *it* reaches: its oscillations, its wrong rooms); at every turn
+the offline expert, which follows the same game through the student's commands, says what it would have
+played there. Each step stores the expert's turn (``steps.label``) and the prompt's template variables
+(``steps.turn_vars``), so :mod:`evoharness.curation.relabelled` can add the labelled states to a dataset in
+any prompt set. The episodes are ``policy_kind = 'relabel'``: they name the model version that played, and
+evaluation views never count them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from pydantic import BaseModel, Field
+
+from evoharness.agents.records import EpisodeRecord
+from evoharness.collection import CollectionConfig, CollectionResult, collect
+from evoharness.evaluation.run import EvaluationConfig, student_policy
+from evoharness.harness.prompts import Mode
+from evoharness.teachers.base import Policy, PolicyError, PolicyOutput, PolicySession, TurnContext
+from evoharness.teachers.expert import ExpertSession, ExpertTeacher
+from evoharness.teachers.registry import TeacherRegistry
+from warehouse import Warehouse
+
+
+class RelabelConfig(BaseModel):
+    """Which student plays where while the expert labels. Greedy by default (the student's own mistakes)."""
+
+    model_version: str
+    split: str = Field(default="train", pattern="^train$", description="Labels are training data: train games only.")
+    limit: int | None = Field(default=None, ge=1, description="First N train games (None: all).")
+    seeds: tuple[int, ...] = (0,)
+    max_steps: int = Field(default=70, ge=1)
+    max_tokens: int = Field(default=128, ge=1)
+    temperature: float | None = None
+    concurrency: int = Field(default=16, ge=1)
+    engine: str | None = None
+    workers: int | None = None
+    data_root: str | None = None
+
+
+def relabel_policy_name(model_version: str) -> str:
+    """The name the relabelling episodes carry (``episodes.teacher``): the version, marked as relabelled."""
+    return f"{model_version}.expert-labels"
+
+
+@dataclass
+class ExpertLabelledSession:
+    """The student's session acts; the expert's session, asked about the same state, gives the label."""
+
+    student: PolicySession
+    expert: ExpertSession
+
+    async def act(self, context: TurnContext) -> PolicyOutput:
+        output = await self.student.act(context)
+        try:
+            label: str | None = (await self.expert.act(context)).text
+        except PolicyError:  # the expert has no plan for this state (it gave up): the turn stays unlabelled
+            label = None
+        return replace(output, label=label)
+
+
+@dataclass
+class ExpertLabelledPolicy:
+    """``student`` with the expert's label on every turn; needs the environment's privileged expert plan."""
+
+    student: Policy
+    expert: ExpertTeacher
+    needs_expert: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.student.name
+
+    def start_episode(self, episode_id: str, objective: str) -> ExpertLabelledSession:
+        return ExpertLabelledSession(self.student.start_episode(episode_id, objective),
+                                     self.expert.start_episode(episode_id, objective))
+
+    async def aclose(self) -> None:
+        from evoharness.teachers.clients.base import aclose_client
+
+        await aclose_client(self.student)
+
+
+def collect_expert_labels(wh: Warehouse, config: RelabelConfig, run_id: str,
+                          on_progress: Callable[[int, int, EpisodeRecord], None] | None = None) -> CollectionResult:
+    """Play ``config.model_version`` on train games with the expert labelling every turn (resumable)."""
+    spec, bank_version = student_policy(wh, EvaluationConfig(
+        model_version=config.model_version, max_steps=config.max_steps, max_tokens=config.max_tokens,
+        temperature=config.temperature, concurrency=config.concurrency))
+    spec = spec.model_copy(update={"name": relabel_policy_name(config.model_version)})
+    collection = CollectionConfig(
+        teacher=spec.name, mode=spec.mode, split=config.split, limit=config.limit, seeds=config.seeds,
+        max_steps=config.max_steps, concurrency=config.concurrency, engine=config.engine, workers=config.workers,
+        data_root=config.data_root, bank_version=bank_version if spec.mode is Mode.BPE else None,
+    )
+    expert = ExpertTeacher(mode=spec.mode)
+    return collect(collection, wh, run_id, on_progress=on_progress, registry=TeacherRegistry([spec]),
+                   model_version=config.model_version,
+                   wrap_policy=lambda student: ExpertLabelledPolicy(student, expert))

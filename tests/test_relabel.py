@@ -1,0 +1,82 @@
+"""DAgger: a student plays train games, the expert labels every state it reaches, the labelled states join its
+dataset as a relabelled dataset, and training goes on from the student's weights with the lineage intact."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evoharness.curation.build import DatasetResult
+from evoharness.curation.relabelled import LABEL_CONSOLIDATOR, curate_relabelled
+from evoharness.harness.grammar import ActionKind, parse_turn
+from evoharness.training.model_versions import continued_sft_settings, train_sft_version
+from evoharness.training.relabel import RelabelConfig, collect_expert_labels, relabel_policy_name
+from warehouse import Warehouse
+
+# Game 0 is the one the student learned by heart; on game 1 it makes mistakes for the expert to correct.
+RELABEL = {"limit": 2, "max_steps": 12, "max_tokens": 64, "concurrency": 2, "engine": "fast", "workers": 0}
+
+
+@pytest.fixture(scope="module")
+def relabelled(overfit: tuple[Path, str, Path]) -> tuple[Path, str, DatasetResult]:
+    db, model_version, _ = overfit
+    with Warehouse(db) as wh:
+        collected = collect_expert_labels(wh, RelabelConfig(model_version=model_version, **RELABEL), "relabel")
+        assert len(collected.records) == 2
+        base = wh.scalar("SELECT dataset_id FROM model_versions WHERE model_version = ?", [model_version])
+        dataset = curate_relabelled(wh, base, model_version, "relabel")
+    return db, model_version, dataset
+
+
+def test_every_turn_of_a_relabel_episode_carries_the_experts_turn(relabelled: tuple[Path, str, DatasetResult]) -> None:
+    db, model_version, _ = relabelled
+    with Warehouse(db, read_only=True) as wh:
+        episodes = wh.con.execute("SELECT teacher, policy_kind, model_version, split FROM episodes "
+                                  "WHERE policy_kind = 'relabel'").fetchall()
+        steps = wh.con.execute("SELECT s.label, s.turn_vars, s.action FROM steps s JOIN episodes e USING "
+                               "(episode_id) WHERE e.policy_kind = 'relabel' ORDER BY episode_id, t").fetchall()
+        agreed = wh.scalar("SELECT avg(agreed::INT) FROM expert_labels WHERE model_version = ?", [model_version])
+        evaluated = wh.scalar("SELECT count(*) FROM policy_evaluation WHERE policy = ?", [model_version])
+    assert episodes == [(relabel_policy_name(model_version), "relabel", model_version, "train")] * 2
+    assert steps and all(label is not None and turn_vars is not None for label, turn_vars, _ in steps)
+    assert all(parse_turn(label).kind is not ActionKind.INVALID for label, _, _ in steps)
+    assert 0 < agreed < 1  # it plays its own game like the expert, not the other one
+    assert evaluated == 0  # relabelling episodes are never an evaluation of the student
+
+
+def test_relabelled_dataset_is_the_base_plus_the_labelled_states(relabelled: tuple[Path, str, DatasetResult]) -> None:
+    import datasets
+
+    db, model_version, result = relabelled
+    with Warehouse(db) as wh:
+        base_id = wh.scalar("SELECT dataset_id FROM model_versions WHERE model_version = ?", [model_version])
+        base_train = wh.scalar("SELECT n_train FROM datasets WHERE dataset_id = ?", [base_id])
+        labelled = wh.scalar("SELECT count(*) FROM dataset_examples WHERE dataset_id = ? AND consolidator = ?",
+                             [result.dataset_id, LABEL_CONSOLIDATOR])
+        config = wh.scalar("SELECT config->>'base_dataset_id' FROM datasets WHERE dataset_id = ?",
+                           [result.dataset_id])
+        again = curate_relabelled(wh, base_id, model_version, "relabel-again")
+        collected = collect_expert_labels(wh, RelabelConfig(model_version=model_version, **RELABEL), "again")
+    assert labelled > 0 and result.n_train == base_train + labelled
+    assert config == base_id
+    on_disk = datasets.load_from_disk(result.path)["train"]
+    assert sorted(set(on_disk["consolidator"])) == [LABEL_CONSOLIDATOR, "rule"]
+    assert all(row["turn_vars"] for row in on_disk)  # every example re-renders in the student's prompt set
+    assert again.reused and again.dataset_id == result.dataset_id
+    assert collected.skipped == 2 and not collected.records  # a rerun resumes: nothing is played twice
+
+
+def test_training_goes_on_from_the_parent_and_lineage_names_the_labelled_episodes(
+        relabelled: tuple[Path, str, DatasetResult]) -> None:
+    db, model_version, result = relabelled
+    with Warehouse(db) as wh:
+        settings = continued_sft_settings(wh, model_version, max_steps=2)
+        parent_path = wh.scalar("SELECT path FROM model_versions WHERE model_version = ?", [model_version])
+        child = train_sft_version(wh, result.dataset_id, settings, db.parent / "models", "dagger",
+                                  parent_version=model_version)
+        sources = wh.con.execute("SELECT DISTINCT consolidator, teacher FROM lineage WHERE model_version = ?",
+                                 [child.model_version]).fetchall()
+    assert settings.base_model == parent_path and settings.prompt_set == "alfworld/bpe_compact"
+    assert child.row["parent_version"] == model_version and child.row["dataset_id"] == result.dataset_id
+    assert sorted(sources) == [(LABEL_CONSOLIDATOR, relabel_policy_name(model_version)), ("rule", "expert")]
