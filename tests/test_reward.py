@@ -50,6 +50,21 @@ def test_trajectory_stats(catalog) -> None:
                                     harness_calls=2)
 
 
+def test_a_meta_action_between_two_visits_does_not_make_the_second_round_new(catalog) -> None:
+    oscillation = [
+        ("env", "go to shelf 5", "On the shelf 5, you see nothing."),
+        ("env", "go to shelf 6", "On the shelf 6, you see nothing."),
+        ("env", "go to shelf 5", "On the shelf 5, you see nothing."),
+        ("track", "track shelf 6", "shelf 6: visited, nothing seen."),
+        ("env", "go to shelf 6", "On the shelf 6, you see nothing."),  # at shelf 5 again: a repeat
+        ("track", "track shelf 5", "shelf 5: visited, nothing seen."),
+        ("env", "go to shelf 5", "On the shelf 5, you see nothing."),  # at shelf 6 again: a repeat
+        ("track", "track shelf 6", "shelf 6: visited, nothing seen."),  # same call at shelf 5 again: a repeat
+    ]
+    stats = TrajectoryStats.from_record(_record(catalog, oscillation, won=False))
+    assert stats.repeats == 3 and stats.harness_calls == 3
+
+
 def test_every_term_of_the_reward(catalog) -> None:
     stats = TrajectoryStats.from_record(_record(catalog, TURNS, won=True))
     terms = trajectory_reward(stats, RewardConfig(call_cost=0.05), epoch=0.0)

@@ -142,8 +142,10 @@ def _trainer_class() -> type:
         """``GRPOTrainer`` whose generation step plays whole episodes and emits one sample per turn, trained in
         micro-batches of at most ``micro_batch_size`` turns with gradients accumulated across them."""
 
-        def __init__(self, *args: Any, rollouts: RolloutSource, micro_batch_size: int, **kwargs: Any) -> None:
+        def __init__(self, *args: Any, rollouts: RolloutSource, micro_batch_size: int,
+                     repeats_at: str = "environment", **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
+            self.repeats_at = repeats_at
             if self.loss_type not in LOSS_NORMALIZATION:
                 raise ValueError(f"loss_type {self.loss_type!r} is not supported by the per-turn micro-batching "
                                  f"(supported: {sorted(LOSS_NORMALIZATION)})")
@@ -163,7 +165,7 @@ def _trainer_class() -> type:
                                              gather_deepspeed3_params=self.args.ds3_gather_for_generation) as model:
                 played = self.rollouts.play([row["game_id"] for row in inputs], model, self.processing_class,
                                             round_id, first_index=first)
-            stats = [TrajectoryStats.from_record(r.record) for r in played]
+            stats = [TrajectoryStats.from_record(r.record, self.repeats_at) for r in played]
             rows = [row | {"trajectory": s.as_dict()} for row, s in zip(inputs, stats, strict=True)]
             completions = [[{"role": "assistant", "content": r.record.steps[-1].raw_output if r.record.steps else ""}]
                            for r in played]
@@ -461,7 +463,8 @@ def build_grpo_trainer(model_path: str, output_dir: str | Path, settings: GRPOSe
     return _trainer_class()(model=model, reward_funcs=reward_functions(settings.reward), args=config,
                             train_dataset=dataset, processing_class=tokenizer,
                             peft_config=settings.lora.peft_config() if settings.lora is not None else None,
-                            rollouts=rollouts, micro_batch_size=settings.per_device_train_batch_size)
+                            rollouts=rollouts, micro_batch_size=settings.per_device_train_batch_size,
+                            repeats_at=settings.reward.repeats_at)
 
 
 def grpo_config(settings: GRPOSettings, checkpoints: Path, processes: int = 1) -> Any:

@@ -11,7 +11,7 @@ evaluation views never count them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from pydantic import BaseModel, Field
 
@@ -69,10 +69,10 @@ class ExpertLabelledPolicy:
     student: Policy
     expert: ExpertTeacher
     needs_expert: bool = True
+    name: str = field(init=False)
 
-    @property
-    def name(self) -> str:
-        return self.student.name
+    def __post_init__(self) -> None:
+        self.name = self.student.name
 
     def start_episode(self, episode_id: str, objective: str) -> ExpertLabelledSession:
         return ExpertLabelledSession(self.student.start_episode(episode_id, objective),

@@ -5,8 +5,11 @@ R = 10·solved + λ_eff·max(0, 1 − |τ|/T_max)·solved + λ_div(u)·R_div −
 
 with R_div = distinct action verbs / |τ| and λ_div(u) = (λ_max/2)(1 + cos(πu/U)), annealed to 0 over U
 epochs. |τ| counts the trajectory's turns (environment actions, meta-actions and invalid turns alike: each
-spends budget). A *repeat* is a turn that issues an action already issued at the same observation earlier in
-the trajectory — it can bring nothing new. Every term is its own TRL reward function (so TRL logs each one
+spends budget). A *repeat* is a turn that issues an action (a meta-action with its argument) already issued at
+the same environment observation earlier in the trajectory — it can bring nothing new. The observation is the
+environment's last one: a meta-action's result does not change the world, so slipping a ``track`` between two
+visits of the same places does not make the second round new (a policy learnt exactly that dodge when the
+harness result counted as the observation: harness calls rose from 9 to 20 per episode under GRPO). Every term is its own TRL reward function (so TRL logs each one
 separately as ``rewards/<name>/mean``); their sum with unit weights is R.
 """
 
@@ -16,7 +19,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -35,6 +38,10 @@ class RewardConfig(BaseModel):
     repeat_cap: int = 10
     invalid_penalty: float = 0.1
     call_cost: float = Field(default=0.0, ge=0, description="λ_call per harness call (documented alternative 0.05).")
+    repeats_at: Literal["environment", "any"] = Field(default="environment", description=(
+        "The observation a repeat is judged at: the environment's last one, or 'any' last observation, a "
+        "meta-action's result included (the rule before 2026-12: a meta-action between two visits made the "
+        "second round look new)."))
 
 
 @dataclass(frozen=True)
@@ -50,14 +57,15 @@ class TrajectoryStats:
     harness_calls: int
 
     @classmethod
-    def from_record(cls, record: EpisodeRecord) -> TrajectoryStats:
+    def from_record(cls, record: EpisodeRecord, repeats_at: str = "environment") -> TrajectoryStats:
         seen: set[tuple[str, str]] = set()
         repeats, observation = 0, ""
         for step in record.steps:
-            key = (step.action, observation)
+            key = (step.action, observation)  # a meta-action's action text includes its argument
             repeats += key in seen and step.kind != "invalid"
             seen.add(key)
-            observation = step.observation or ""
+            if step.kind == "env" or repeats_at == "any":
+                observation = step.observation or ""
         verbs = {step.action.split()[0] for step in record.steps if step.action and step.kind != "invalid"}
         return cls(won=record.won, turns=len(record.steps), max_steps=record.spec.max_steps,
                    distinct_verbs=len(verbs), repeats=repeats,
