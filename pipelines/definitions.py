@@ -9,6 +9,7 @@ import assets.curation
 import assets.episodes
 import assets.evaluation
 import assets.games
+import assets.relabelling
 import assets.training
 from pipelines.resources import AlfworldResource, StudentResource, TrainingLauncher, WarehouseResource
 from pipelines.sensors import (
@@ -19,7 +20,7 @@ from pipelines.sensors import (
 )
 
 ASSET_MODULES = [assets.games, assets.episodes, assets.consolidation, assets.curation, assets.training,
-                 assets.evaluation]
+                 assets.relabelling, assets.evaluation]
 
 defs = dg.Definitions(
     assets=dg.load_assets_from_modules(ASSET_MODULES),

@@ -80,3 +80,37 @@ def test_training_goes_on_from_the_parent_and_lineage_names_the_labelled_episode
     assert settings.base_model == parent_path and settings.prompt_set == "alfworld/bpe_compact"
     assert child.row["parent_version"] == model_version and child.row["dataset_id"] == result.dataset_id
     assert sorted(sources) == [(LABEL_CONSOLIDATOR, relabel_policy_name(model_version)), ("rule", "expert")]
+
+
+def test_dagster_materializes_the_relabelled_dataset_and_student(overfit: tuple[Path, str, Path],
+                                                                 tmp_path: Path) -> None:
+    """A fresh warehouse copy: the two DAgger assets in one run, ids passed by materialization metadata."""
+    import shutil
+
+    import dagster as dg
+
+    from assets.relabelling import relabelled_dataset, relabelled_student
+    from pipelines.resources import AlfworldResource, StudentResource, TrainingLauncher, WarehouseResource
+
+    db, model_version, _ = overfit
+    copy = tmp_path / "w.duckdb"
+    with Warehouse(db) as wh:
+        wh.con.execute("CHECKPOINT")
+    shutil.copy(db, copy)
+    resources = {"warehouse": WarehouseResource(path=str(copy)), "alfworld": AlfworldResource(),
+                 "students": StudentResource(models_dir=str(tmp_path / "models")), "training": TrainingLauncher(),
+                 "pipes_client": dg.PipesSubprocessClient()}
+    config = {"ops": {"relabelled_dataset": {"config": {"model_version": model_version, "limit": 1, "max_steps": 8,
+                                                        "max_tokens": 64, "engine": "fast"}},
+                      "relabelled_student": {"config": {"max_steps": 6, "logging_steps": 1}}}}
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("teacher", ["expert"])
+        result = dg.materialize([relabelled_dataset, relabelled_student], instance=instance, partition_key="expert",
+                                resources=resources, run_config=config)
+    assert result.success
+    dataset = result.asset_materializations_for_node("relabelled_dataset")[0].metadata
+    student = result.asset_materializations_for_node("relabelled_student")[0].metadata
+    assert dataset["relabelled_by"].value == model_version and dataset["dataset_id"].value.endswith(".relabel@v1")
+    assert "agreed_with_expert" in dataset["agreement_with_expert"].value
+    assert student["parent_version"].value == model_version and student["dataset_id"].value == \
+        dataset["dataset_id"].value

@@ -15,7 +15,7 @@ from evoharness.stage_config import defaults
 # CLI option → library field, where the names differ. A list option whose CLI default is None takes the
 # library's default (typer cannot show a tuple default), so None there stands for "the library default".
 RENAMED = {"seed": "seeds", "split": "splits", "llm_teacher": "llm.teacher", "llm_max_attempts": "llm.max_attempts"}
-NOT_CONFIG = {"db", "force", "dry_run", "teacher", "model_version"}  # where/whether to run, not a stage parameter
+NOT_CONFIG = {"db", "force", "dry_run", "teacher", "model_version", "dataset"}  # what/where to run, not a parameter
 
 
 def _plain(value: Any) -> Any:
@@ -54,13 +54,15 @@ def _stages() -> list[tuple[str, dict[str, Any], Callable[..., Any], type]]:
     from assets.curation import CurationRunConfig
     from assets.episodes import CollectionRunConfig
     from assets.evaluation import EvaluationRunConfig
+    from assets.relabelling import RelabelRunConfig
     from evoharness.collection import CollectionConfig
     from evoharness.consolidation.config import ConsolidationConfig, LLMSettings
     from evoharness.curation.config import CurationConfig
     from evoharness.evaluation.run import EvaluationConfig
+    from evoharness.training.relabel import RelabelConfig
     from evoharness_cli.cli import collect_command
     from evoharness_cli.cli_data import consolidate_command, curate_command
-    from evoharness_cli.cli_training import evaluate_command
+    from evoharness_cli.cli_training import evaluate_command, relabel_command
 
     return [
         ("collection", _library(CollectionConfig), collect_command, CollectionRunConfig),
@@ -68,10 +70,11 @@ def _stages() -> list[tuple[str, dict[str, Any], Callable[..., Any], type]]:
          ConsolidationRunConfig),
         ("curation", _library(CurationConfig), curate_command, CurationRunConfig),
         ("evaluation", _library(EvaluationConfig), evaluate_command, EvaluationRunConfig),
+        ("relabelling", _library(RelabelConfig), relabel_command, RelabelRunConfig),
     ]
 
 
-@pytest.mark.parametrize("stage", ["collection", "consolidation", "curation", "evaluation"])
+@pytest.mark.parametrize("stage", ["collection", "consolidation", "curation", "evaluation", "relabelling"])
 def test_cli_dagster_and_library_defaults_are_equal(stage: str) -> None:
     name, library, command, run_config = next(s for s in _stages() if s[0] == stage)
     cli, dagster = _cli(command, library), _dagster(run_config)
