@@ -1,4 +1,5 @@
-"""``evoharness consolidate | audit | curate``: the data side of the pipeline on the command line."""
+"""``evoharness consolidate | audit | curate | backfill-lineage``: the data side of the pipeline on the command
+line."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import typer
 from evoharness.consolidation.audit import AUDIT_VIEWS, quality_gate, read_view
 from evoharness.consolidation.config import ConsolidationConfig, LLMSettings, QualityThresholds
 from evoharness.consolidation.pipeline import EpisodeOutcome, consolidate
+from evoharness.curation.backfill import BackfillError, backfill_dataset_examples, datasets_without_lineage
 from evoharness.curation.build import curate
 from evoharness.curation.config import CurationConfig
 from evoharness.lineage import new_run_id
@@ -140,8 +142,24 @@ def curate_command(
     print_table(f"{result.dataset_id}: dropped", ["reason", "count"], sorted(result.dropped.items()))
 
 
+def backfill_lineage_command(db: DbOption = None) -> None:
+    """Write the dataset_examples lineage of datasets curated before it existed, from their saved folders."""
+    quiet_third_party()
+    rows = []
+    with Warehouse(db or default_db_path()) as wh:
+        for dataset_id in datasets_without_lineage(wh):
+            try:
+                rows.append((dataset_id, backfill_dataset_examples(wh, dataset_id), ""))
+            except BackfillError as exc:
+                rows.append((dataset_id, 0, str(exc)))
+    print_table("dataset_examples backfilled", ["dataset", "examples", "problem"], rows)
+    if any(problem for *_, problem in rows):
+        raise typer.Exit(1)
+
+
 def register(app: typer.Typer) -> None:
     """Add the data commands to the main ``evoharness`` app."""
     app.command("consolidate")(consolidate_command)
     app.command("audit")(audit_command)
     app.command("curate")(curate_command)
+    app.command("backfill-lineage")(backfill_lineage_command)

@@ -182,3 +182,27 @@ def test_minhash_near_duplicates_match_all_pairs() -> None:
             kept.append((game, cmds))
     found = near_duplicates(games, pl.Series(commands, dtype=pl.List(pl.String)), 0.9)
     assert found.tolist() == expected and 0 < sum(expected) < len(expected)
+
+
+def test_lineage_of_a_dataset_curated_before_dataset_examples_is_backfilled_from_its_folder(curated_db: Path) -> None:
+    from evoharness.curation.backfill import (
+        BackfillError,
+        backfill_dataset_examples,
+        datasets_without_lineage,
+    )
+
+    with Warehouse(curated_db) as wh:
+        dataset_id = wh.scalar("SELECT dataset_id FROM datasets")
+        before = sorted(wh.con.execute("SELECT * FROM dataset_examples").fetchall())
+        wh.con.execute("DELETE FROM dataset_examples")  # as a warehouse curated before migration 030 has it
+        assert datasets_without_lineage(wh) == [dataset_id]
+        assert backfill_dataset_examples(wh, dataset_id) == len(before)
+        assert sorted(wh.con.execute("SELECT * FROM dataset_examples").fetchall()) == before
+        assert backfill_dataset_examples(wh, dataset_id) == 0  # idempotent
+
+        wh.con.execute("DELETE FROM dataset_examples")
+        wh.con.execute("DELETE FROM bpe_examples WHERE (episode_id, turn) IN "
+                       "(SELECT (episode_id, turn) FROM bpe_examples LIMIT 1)")
+        with pytest.raises(BackfillError, match="no longer in bpe_examples"):
+            backfill_dataset_examples(wh, dataset_id)
+        assert wh.scalar("SELECT count(*) FROM dataset_examples") == 0  # nothing half-written

@@ -68,6 +68,9 @@ def curate_relabelled(wh: Warehouse, base_dataset_id: str, model_version: str, r
         raise LookupError(f"No expert-labelled turns of {model_version!r}: run `evoharness relabel` first.")
     assert_train_only(zip(labels["game_id"].to_list(), labels["catalog_split"].to_list(), strict=True))
     base_rows = wh.con.execute(load_query("dataset_training_rows"), {"dataset_id": base_dataset_id}).pl()
+    if base_rows.is_empty():
+        raise LookupError(f"Dataset {base_dataset_id!r} names no examples (curated before dataset_examples "
+                          "existed): run `evoharness backfill-lineage` first.")
     base_split = dict(base_rows.select("game_id", "dataset_split").unique().iter_rows())
     rows, dropped = _labelled_rows(labels, base_split, base_config.validation_fraction, bank_version)
     labelled = pl.DataFrame(rows, schema=base_rows.schema)
