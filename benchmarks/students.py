@@ -1,5 +1,7 @@
-"""The student results of issue #9: BPE SFT, GRPO from it, and a ReAct SFT student at equal compute, each played
-greedily on the full valid_seen (140) and valid_unseen (134) splits with a 70-step budget.
+"""The student results of issue #9: BPE SFT, GRPO from it, DAgger from it (the student plays train games, the
+expert labels its states, training goes on from its weights on its dataset plus those labels), and a ReAct SFT
+student at equal compute, each played greedily on the full valid_seen (140) and valid_unseen (134) splits with a
+70-step budget.
 
     ALFWORLD_DATA=../shared/alfworld EVOHARNESS_DB=.evoharness/students.duckdb python benchmarks/students.py
 
@@ -26,6 +28,7 @@ GRPO_SETTINGS = ["--max-steps", "24", "--games-per-step", "2", "--num-generation
                  "--save-steps", "4"]  # ~3 min a step on one core: 8 episodes of <= 50 turns, then one update
 GRPO_FLAGS = {"--max-steps": "max_steps", "--games-per-step": "games_per_step", "--num-generations": "num_generations",
               "--learning-rate": "learning_rate", "--save-steps": "save_steps"}
+DAGGER_GAMES, DAGGER_STEPS, DAGGER_LR = "180", "500", "3e-4"  # 180 train games relabelled; 500 steps on the aggregate
 SPLIT_GAMES = {"valid_seen": 140, "valid_unseen": 134}  # an evaluation stopped early says so (resumable)
 DATA = [
     ["evoharness", "collect", "--teacher", "expert", "--split", "train", "--limit", "900"],
@@ -51,7 +54,8 @@ def versions(db: str) -> list[dict]:
     try:
         cursor = con.execute("SELECT model_version, stage, parent_version, settings, parameters, seconds, tokens_seen, "
                              "rollout_history "
-                             "FROM model_versions WHERE base_model = 'small' ORDER BY created_at")
+                             "FROM model_versions WHERE base_model = 'small' OR parent_version IS NOT NULL "
+                             "ORDER BY created_at")
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
     finally:
@@ -61,7 +65,8 @@ def versions(db: str) -> list[dict]:
 def sft_version(db: str, view: str) -> str:
     for row in reversed(versions(db)):
         settings = json.loads(row["settings"])
-        if row["stage"] == "sft" and settings.get("view", "bpe") == view and str(settings["max_steps"]) == SFT_STEPS:
+        if row["stage"] == "sft" and row["parent_version"] is None and settings.get("view", "bpe") == view \
+                and str(settings["max_steps"]) == SFT_STEPS:
             return str(row["model_version"])
     raise LookupError(f"no {view} SFT version of {SFT_STEPS} steps: run the sft stage")
 
@@ -99,13 +104,27 @@ def grpo_command(parent: str, settings: dict) -> list[str]:
             *(["--call-cost", str(call_cost)] if call_cost else [])]
 
 
+def dagger_commands(db: str, parent: str, settings: dict) -> list[list[str]]:
+    """The `evoharness relabel` and `evoharness sft --parent-version` commands that made a DAgger version."""
+    con = duckdb.connect(db, read_only=True)
+    try:
+        dataset = con.execute("SELECT dataset_id FROM datasets WHERE config->>'relabelled_by' = ? "
+                              "ORDER BY created_at DESC", [parent]).fetchone()
+    finally:
+        con.close()
+    return [["evoharness", "relabel", "--model-version", parent, "--limit", DAGGER_GAMES],
+            ["evoharness", "sft", "--parent-version", parent, "--dataset", dataset[0] if dataset else "?",
+             "--max-steps", str(settings["max_steps"]), "--learning-rate", str(settings["learning_rate"])]]
+
+
 def write_results(db: str, commands: dict[str, list[list[str]]]) -> None:
     runs = []
     for row in versions(db):
         settings = json.loads(row["settings"])
         name = row["model_version"]
         view = "bpe" if row["stage"] == "grpo" else settings.get("view", "bpe")
-        runs.append({"name": name, "stage": row["stage"], "mode": view, "parameters": row["parameters"],
+        stage = "dagger" if row["stage"] == "sft" and row["parent_version"] else row["stage"]
+        runs.append({"name": name, "stage": stage, "mode": view, "parameters": row["parameters"],
                      "parent_version": row["parent_version"], "train_seconds": round(row["seconds"], 1),
                      "tokens_seen": row["tokens_seen"], **evaluation(db, name),
                      **(grpo_curve(row) if row["stage"] == "grpo" else {}),
@@ -116,8 +135,8 @@ def write_results(db: str, commands: dict[str, list[list[str]]]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--stages", nargs="+", default=["data", "sft", "evaluate", "grpo", "results"],
-                        choices=["data", "sft", "evaluate", "grpo", "results"])
+    stages = ["data", "sft", "evaluate", "grpo", "dagger", "results"]
+    parser.add_argument("--stages", nargs="+", default=stages, choices=stages)
     args = parser.parse_args()
     db = os.environ.get("EVOHARNESS_DB", ".evoharness/warehouse.duckdb")
     if "data" in args.stages:
@@ -127,8 +146,8 @@ def main() -> None:
         for command in SFT.values():
             run(command)
     commands: dict[str, list[list[str]]] = {}
-    students = {view: sft_version(db, view) for view in SFT} if {"evaluate", "grpo", "results"} & set(args.stages) \
-        else {}
+    students = {view: sft_version(db, view) for view in SFT} \
+        if {"evaluate", "grpo", "dagger", "results"} & set(args.stages) else {}
     for view, version in students.items():
         commands[version] = [*DATA, SFT[view], ["evoharness", "evaluate", "--model-version", version]]
     if "evaluate" in args.stages:
@@ -137,14 +156,19 @@ def main() -> None:
     grpo = ["evoharness", "grpo", "--parent-version", students.get("bpe", "?"), *GRPO_SETTINGS]
     if "grpo" in args.stages:
         run(grpo)
+    if "dagger" in args.stages:
+        dagger = {"max_steps": DAGGER_STEPS, "learning_rate": DAGGER_LR}
+        run(dagger_commands(db, students["bpe"], dagger)[0])  # relabel: the relabelled dataset's id exists after it
+        run(dagger_commands(db, students["bpe"], dagger)[1])
     children = [r for r in versions(db) if students and r["parent_version"] == students["bpe"]]
-    for child in children:  # every GRPO run from the BPE student, each with the command that trained it
+    for child in children:  # every GRPO and DAgger run from the BPE student, each with the commands that made it
         evaluate_child = ["evoharness", "evaluate", "--model-version", child["model_version"]]
-        if "grpo" in args.stages and child is children[-1]:
+        if {"grpo", "dagger"} & set(args.stages) and child is children[-1]:
             run(evaluate_child)
-        commands[child["model_version"]] = [*commands[students["bpe"]][:-1],
-                                            grpo_command(students["bpe"], json.loads(child["settings"])),
-                                            evaluate_child]
+        settings = json.loads(child["settings"])
+        made = [grpo_command(students["bpe"], settings)] if child["stage"] == "grpo" else \
+            dagger_commands(db, students["bpe"], settings)
+        commands[child["model_version"]] = [*commands[students["bpe"]][:-1], *made, evaluate_child]
     if "results" in args.stages:
         write_results(db, commands)
 
