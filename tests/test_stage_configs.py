@@ -46,7 +46,7 @@ def _cli(command: Callable[..., Any], library: dict[str, Any]) -> dict[str, Any]
 def _dagster(config_class: type) -> dict[str, Any]:
     renamed = {"llm_teacher": "llm.teacher", "llm_max_attempts": "llm.max_attempts"}
     return {renamed.get(name, name): _plain(field.get_default(call_default_factory=True))
-            for name, field in config_class.model_fields.items()}
+            for name, field in config_class.model_fields.items() if name not in NOT_CONFIG}
 
 
 def _stages() -> list[tuple[str, dict[str, Any], Callable[..., Any], type]]:
