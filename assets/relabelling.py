@@ -10,13 +10,13 @@ import dagster as dg
 from pydantic import Field
 
 from assets.lineage import ASSET_CODE_VERSION, id_metadata, required_upstream
-from assets.training import trained, version_metadata
+from assets.training import sft_version_metadata, trained
 from evoharness.curation.relabelled import curate_relabelled
-from evoharness.reporting.charts import line_chart_png, markdown_image, markdown_table
+from evoharness.reporting.charts import markdown_table
 from evoharness.stage_config import defaults
 from evoharness.training.model_versions import continued_sft_settings, plan_sft_version
 from evoharness.training.relabel import RelabelConfig, collect_expert_labels
-from pipelines.partitions import register_model_version, teacher_partitions
+from pipelines.partitions import teacher_partitions
 from pipelines.resources import AlfworldResource, StudentResource, TrainingLauncher, WarehouseResource
 
 DEFAULTS = defaults(RelabelConfig)  # the one declaration of the defaults: training.relabel
@@ -111,11 +111,7 @@ def relabelled_student(context: dg.AssetExecutionContext, config: RelabelledSFTR
         settings = continued_sft_settings(wh, parent, **config.model_dump(exclude={"dataset_id"}))
         planned = plan_sft_version(wh, dataset_id, settings, students.models_root(wh), context.run.run_id, parent)
     version = trained(context, warehouse, training, pipes_client, planned)
-    register_model_version(context.instance, version.model_version)
-    row = version.row
-    chart = line_chart_png({"train loss": row["loss_history"], "validation loss": row["eval_history"]},
-                           f"{version.model_version}: SFT loss from {parent}", "optimizer step", "loss")
-    metadata = version_metadata(version) | {"loss_curve": dg.MetadataValue.md(markdown_image(chart, "SFT loss"))}
+    metadata = sft_version_metadata(context, version, f"{version.model_version}: SFT loss from {parent}")
     return dg.MaterializeResult(metadata=metadata, check_results=[learned_by_thirds(version.row["loss_history"])])
 
 

@@ -71,12 +71,17 @@ def sft_student(context: dg.AssetExecutionContext, config: SFTRunConfig, warehou
     with warehouse.open() as wh:
         planned = plan_sft_version(wh, dataset_id, settings, students.models_root(wh), context.run.run_id)
     version = trained(context, warehouse, training, pipes_client, planned)
-    register_model_version(context.instance, version.model_version)
-    row = version.row
-    chart = line_chart_png({"train loss": row["loss_history"], "validation loss": row["eval_history"]},
-                           f"{version.model_version}: SFT loss", "optimizer step", "loss")
-    metadata = version_metadata(version) | {"loss_curve": dg.MetadataValue.md(markdown_image(chart, "SFT loss"))}
+    metadata = sft_version_metadata(context, version, f"{version.model_version}: SFT loss")
     return dg.MaterializeResult(metadata=metadata, check_results=[learned_check(version)])
+
+
+def sft_version_metadata(context: dg.AssetExecutionContext, version: ModelVersion, title: str
+                         ) -> dict[str, dg.MetadataValue]:
+    """Register an SFT version's partition (its evaluation follows) and its metadata with the loss curve."""
+    register_model_version(context.instance, version.model_version)
+    chart = line_chart_png({"train loss": version.row["loss_history"], "validation loss": version.row["eval_history"]},
+                           title, "optimizer step", "loss")
+    return version_metadata(version) | {"loss_curve": dg.MetadataValue.md(markdown_image(chart, "SFT loss"))}
 
 
 def trained(context: dg.AssetExecutionContext, warehouse: WarehouseResource, training: TrainingLauncher,
