@@ -40,7 +40,9 @@ class SFTRunConfig(dg.Config):
     max_length: int | None = Field(default=None, description="Tokens per example.")
     lora_r: int | None = Field(default=None, description="LoRA rank (alpha = 2r); 0: full fine-tuning.")
     max_steps: int | None = Field(default=None, description="Stop after this many optimizer steps.")
-    bf16: bool | None = Field(default=None, description="bf16 mixed precision (GPU).")
+    max_tokens: int | None = Field(default=None, description="Train for about this many input tokens (sets the "
+                                   "steps; an equal-compute baseline).")
+    bf16: bool | None = Field(default=None, description="bf16 mixed precision (GPUs; CPUs with bf16 units).")
     seed: int = 0
     dataset_id: str | None = Field(default=None, description="Dataset to train on (None: the one sft_dataset "
                                    "materialized for this partition, read from its metadata).")

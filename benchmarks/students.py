@@ -1,7 +1,7 @@
-"""The student results of issue #9: BPE SFT, GRPO from it, DAgger from it (the student plays train games, the
-expert labels its states, training goes on from its weights on its dataset plus those labels), and a ReAct SFT
-student at equal compute, each played greedily on the full valid_seen (140) and valid_unseen (134) splits with a
-70-step budget.
+"""The student results of issue #9: BPE SFT (the ``small`` preset: 4 epochs on the student rendering), GRPO from
+it, DAgger from it (the student plays train games, the expert labels its states, training goes on from its weights
+on its dataset plus those labels), and a ReAct SFT student trained on as many tokens as the BPE one (equal compute),
+each played greedily on the full valid_seen (140) and valid_unseen (134) splits with a 70-step budget.
 
     ALFWORLD_DATA=../shared/alfworld EVOHARNESS_DB=.evoharness/students.duckdb python benchmarks/students.py
 
@@ -22,8 +22,9 @@ from pathlib import Path
 
 import duckdb
 
+from evoharness.training.sft import SFTSettings
+
 RESULTS = Path(__file__).resolve().parent / "results" / "students.json"
-SFT_STEPS = "1300"
 GRPO_SETTINGS = ["--max-steps", "24", "--games-per-step", "2", "--num-generations", "4", "--learning-rate", "1e-4",
                  "--save-steps", "4"]  # ~3 min a step on one core: 8 episodes of <= 50 turns, then one update
 GRPO_FLAGS = {"--max-steps": "max_steps", "--games-per-step": "games_per_step", "--num-generations": "num_generations",
@@ -35,11 +36,15 @@ DATA = [
     ["evoharness", "consolidate", "--teacher", "expert"],
     ["evoharness", "curate", "--teacher", "expert"],
 ]
-SFT = {
-    "bpe": ["evoharness", "sft", "--teacher", "expert", "--base-model", "small", "--max-steps", SFT_STEPS],
-    "react": ["evoharness", "sft", "--teacher", "expert", "--base-model", "small", "--max-steps", SFT_STEPS,
-              "--view", "react"],
-}
+SFT_BPE = ["evoharness", "sft", "--teacher", "expert", "--base-model", "small"]
+
+
+def sft_command(db: str, view: str) -> list[str]:
+    """The BPE student on the preset; the ReAct student on the preset for as many input tokens as the BPE one saw."""
+    if view == "bpe":
+        return SFT_BPE
+    bpe = next(row for row in reversed(versions(db)) if row["model_version"] == sft_version(db, "bpe"))
+    return [*SFT_BPE, "--view", "react", "--max-tokens", str(bpe["tokens_seen"])]
 
 
 def run(command: list[str]) -> None:
@@ -63,12 +68,15 @@ def versions(db: str) -> list[dict]:
 
 
 def sft_version(db: str, view: str) -> str:
+    """The newest SFT version of ``view`` trained from scratch on the preset's prompt set and epochs."""
+    preset = SFTSettings.local_student("small", view=view)
     for row in reversed(versions(db)):
         settings = json.loads(row["settings"])
-        if row["stage"] == "sft" and row["parent_version"] is None and settings.get("view", "bpe") == view \
-                and str(settings["max_steps"]) == SFT_STEPS:
+        if row["stage"] == "sft" and row["parent_version"] is None and settings["view"] == view \
+                and settings["prompt_set"] == preset.prompt_set and settings["epochs"] == preset.epochs \
+                and (view == "react" or settings["max_steps"] is None):
             return str(row["model_version"])
-    raise LookupError(f"no {view} SFT version of {SFT_STEPS} steps: run the sft stage")
+    raise LookupError(f"no {view} SFT version on the small preset: run the sft stage")
 
 
 def evaluation(db: str, policy: str) -> dict[str, dict[str, float]]:
@@ -137,22 +145,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     stages = ["data", "sft", "evaluate", "grpo", "dagger", "results"]
     parser.add_argument("--stages", nargs="+", default=stages, choices=stages)
+    parser.add_argument("--views", nargs="+", default=["bpe", "react"], choices=["bpe", "react"],
+                        help="the students the sft and evaluate stages train and play (react needs the bpe one)")
     args = parser.parse_args()
     db = os.environ.get("EVOHARNESS_DB", ".evoharness/warehouse.duckdb")
     if "data" in args.stages:
         for command in DATA:
             run(command)
     if "sft" in args.stages:
-        for command in SFT.values():
-            run(command)
+        for view in args.views:
+            run(sft_command(db, view))
     commands: dict[str, list[list[str]]] = {}
-    students = {view: sft_version(db, view) for view in SFT} \
-        if {"evaluate", "grpo", "dagger", "results"} & set(args.stages) else {}
+    students = {view: sft_version(db, view) for view in ("bpe", "react") if view in args.views or
+                "results" in args.stages} if {"evaluate", "grpo", "dagger", "results"} & set(args.stages) else {}
     for view, version in students.items():
-        commands[version] = [*DATA, SFT[view], ["evoharness", "evaluate", "--model-version", version]]
+        commands[version] = [*DATA, sft_command(db, view), ["evoharness", "evaluate", "--model-version", version]]
     if "evaluate" in args.stages:
-        for version in students.values():
-            run(["evoharness", "evaluate", "--model-version", version])
+        for view in args.views:
+            run(["evoharness", "evaluate", "--model-version", students[view]])
     grpo = ["evoharness", "grpo", "--parent-version", students.get("bpe", "?"), *GRPO_SETTINGS]
     if "grpo" in args.stages:
         run(grpo)

@@ -60,6 +60,8 @@ def sft_command(
     lora_r: Annotated[int | None, typer.Option(help="LoRA rank, alpha = 2r; 0: full fine-tuning "
                                                     "[default: 64 for a hub model, full for tiny].")] = None,
     max_steps: Annotated[int | None, typer.Option(help="Stop after this many optimizer steps.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Train for about this many input tokens (sets the steps; "
+                                                        "an equal-compute baseline).")] = None,
     view: Annotated[str | None, typer.Option(help="bpe, or react: the dataset's environment turns without the "
                                                   "workspace [default: bpe].")] = None,
     prompt_set: Annotated[str | None, typer.Option(help="Re-render every turn with this prompt set [default: "
@@ -70,7 +72,7 @@ def sft_command(
 ) -> None:
     """Fine-tune a student with TRL (SFT) and record it as a model version (same dataset + settings: reused)."""
     overrides = {"epochs": epochs, "learning_rate": learning_rate, "batch_size": batch_size, "max_length": max_length,
-                 "max_steps": max_steps, "view": view, "prompt_set": prompt_set}
+                 "max_steps": max_steps, "max_tokens": max_tokens, "view": view, "prompt_set": prompt_set}
     with Warehouse(db or default_db_path()) as wh:
         try:
             settings = continued_sft_settings(wh, parent_version, **overrides) if parent_version else \

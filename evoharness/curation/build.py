@@ -100,7 +100,8 @@ def record_dataset(wh: Warehouse, config: CurationConfig, run_id: str, examples:
     ``provenance`` (a derived dataset's inputs, e.g. its base dataset) is recorded with the config."""
     import datasets
 
-    keys = examples.select("episode_id", "turn").sort("episode_id", "turn").rows()
+    # the consolidation run is part of an example's identity: a reconsolidated episode is new content
+    keys = examples.select("episode_id", "turn", "consolidation_run_id").sort("episode_id", "turn").rows()
     recorded_config = config.model_dump(mode="json") | (provenance or {})
     content_sha = hashlib.sha256(json.dumps([[list(k) for k in keys], {
         k: v for k, v in recorded_config.items() if k != "output_dir"}]).encode()).hexdigest()

@@ -59,6 +59,7 @@ class Workspace:
             turn_vars |= {
                 "belief": self.belief.render(),
                 "belief_compact": self.belief.render_compact(),
+                "belief_state": self.belief.snapshot(),
                 "progress": self.progress.render(),
                 "experience": self.bank.render(),
                 "bank_label": self.bank.version_label,

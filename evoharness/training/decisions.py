@@ -30,8 +30,8 @@ def decision_metrics(model: Any, tokenizer: Any, rows: list[dict[str, Any]], *, 
     """Greedy decisions on ``rows`` (prompt-completion examples with ``turn_vars``) against the teacher's.
 
     Returns ``decision/action_accuracy``, ``decision/kind_accuracy``, ``decision/verb_accuracy``,
-    ``decision/entity_accuracy`` (env turns that name objects or places), ``decision/invalid_rate`` and
-    ``decision/env_action_accuracy``; every rate is over the turns it applies to, absent when none does."""
+    ``decision/entity_accuracy`` (env turns that name objects or places), ``decision/invalid_rate``,
+    ``decision/env_action_accuracy`` and ``decision/goto_accuracy`` (the search and navigation turns); every rate is over the turns it applies to, absent when none does."""
     generator = BatchGenerator(model, tokenizer, max_batch=batch_size)
     was_training = model.training
     model.eval()
@@ -66,6 +66,9 @@ def _score(counts: Counter[str], target: Any, chosen: Any) -> None:
     if target.kind is ActionKind.ENV:
         counts["env_turns"] += 1
         counts["env_action"] += chosen.action == target.action
+        if target.action.startswith("go to "):
+            counts["goto_turns"] += 1
+            counts["goto"] += chosen.action == target.action
         if wanted := entities(target.action):
             counts["entity_turns"] += 1
             counts["entity"] += entities(chosen.action) == wanted
@@ -74,7 +77,8 @@ def _score(counts: Counter[str], target: Any, chosen: Any) -> None:
 def _rates(counts: Counter[str]) -> dict[str, float]:
     rates = {}
     for name, total in (("action", "turns"), ("kind", "turns"), ("verb", "turns"), ("invalid", "turns"),
-                        ("env_action", "env_turns"), ("entity", "entity_turns")):
+                        ("env_action", "env_turns"), ("goto", "goto_turns"),
+                        ("entity", "entity_turns")):
         if counts[total]:
             key = "invalid_rate" if name == "invalid" else f"{name}_accuracy"
             rates[f"decision/{key}"] = counts[name] / counts[total]
