@@ -140,6 +140,9 @@ class GRPORunConfig(dg.Config):
     beta: float | None = Field(default=None, description="KL coefficient to the starting model.")
     episode_steps: int | None = Field(default=None, description="Step budget per episode.")
     max_new_tokens: int | None = Field(default=None, description="Completion tokens per turn.")
+    temperature: float | None = Field(default=None, description="Sampling temperature of the rollouts.")
+    scale_rewards: str | None = Field(default=None, description="Divide centred rewards by the group's std "
+                                      "('group'), the batch's ('batch') or nothing ('none').")
     call_cost: float | None = Field(default=None, description="λ_call per harness call (paper 0; alternative 0.05).")
     diversity_max: float | None = Field(default=None, description="λ_max of the annealed diversity bonus.")
     lora_r: int | None = Field(default=None, description="LoRA rank (alpha = 2r); None or 0: full fine-tuning.")

@@ -117,6 +117,11 @@ def grpo_command(
     episode_steps: Annotated[int | None, typer.Option(help="Step budget per episode.")] = None,
     max_new_tokens: Annotated[int | None, typer.Option(help="Completion tokens per turn.")] = None,
     call_cost: Annotated[float | None, typer.Option(help="λ_call per harness call [default: 0].")] = None,
+    temperature: Annotated[float | None, typer.Option(help="Sampling temperature of the rollouts "
+                                                           "[default: 1.0].")] = None,
+    scale_rewards: Annotated[str | None, typer.Option(help="Divide centred rewards by the group's std (group), "
+                                                           "the batch's (batch) or nothing (none) [default: "
+                                                           "preset].")] = None,
     lora_r: Annotated[int | None, typer.Option(help="LoRA rank, alpha = 2r [default: full fine-tuning].")] = None,
     per_device_train_batch_size: Annotated[int | None, typer.Option(help="Turn samples per forward pass "
                                                                          "[default: 8].")] = None,
@@ -137,6 +142,7 @@ def grpo_command(
                                          num_generations=num_generations, games_limit=games_limit,
                                          max_steps=max_steps, learning_rate=learning_rate,
                                          episode_steps=episode_steps, max_new_tokens=max_new_tokens,
+                                         temperature=temperature, scale_rewards=scale_rewards,
                                          per_device_train_batch_size=per_device_train_batch_size,
                                          save_steps=save_steps, vllm_server_url=vllm_server_url)
         root = models_dir or str(wh.path.parent / "models")

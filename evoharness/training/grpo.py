@@ -16,7 +16,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -57,7 +57,14 @@ class GRPOSettings(BaseModel):
     meta_action_cost: int = Field(default=1, ge=0)
     reward: RewardConfig = Field(default_factory=RewardConfig)
     lora: LoraSettings | None = Field(default=None, description="LoRA adapters (None: full fine-tuning).")
-    bf16: bool = False
+    scale_rewards: Literal["group", "batch", "none"] = Field(default="group", description=(
+        "What a group-centred reward is divided by: its group's std (the paper's GRPO), the batch's std, or "
+        "nothing. With 'group', a group where every episode fails has its tiny repeat/diversity differences "
+        "scaled up to the size of a win's advantage."))
+    bf16: bool = Field(default=False, description="bf16 mixed precision in the training passes (GPUs; CPUs with "
+                       "bf16 units). Rollouts generate with the weights as stored.")
+    gradient_checkpointing: bool = Field(default=True, description="Recompute activations in the backward pass "
+                                         "(a large base needs it; a student built here does not).")
     seed: int = 0
     logging_steps: int = Field(default=1, ge=1)
     loss_type: str = Field(default="dapo", description="TRL's loss type (see LOSS_NORMALIZATION for the supported).")
@@ -95,15 +102,18 @@ class GRPOSettings(BaseModel):
     @classmethod
     def local_student(cls, **overrides: Any) -> GRPOSettings:
         """A student built here that already plays (``small``): groups of 4 on 4 games a step, episodes of 50 steps,
-        a step large enough to move a few-million-parameter model within tens of steps."""
-        return cls(**({"games_per_step": 4, "num_generations": 4, "epochs": 1, "learning_rate": 2e-5,
-                       "max_new_tokens": 48, "episode_steps": 50} | overrides))
+        a step large enough to move a few-million-parameter model within tens of steps, advantages scaled by the
+        batch's std (a win, not a failed group's repeat count, is what moves the policy), bf16 training passes."""
+        return cls(**({"games_per_step": 4, "num_generations": 4, "epochs": 1, "learning_rate": 3e-5,
+                       "max_new_tokens": 48, "episode_steps": 50, "scale_rewards": "batch", "bf16": True,
+                       "gradient_checkpointing": False} | overrides))
 
     @classmethod
     def tiny_student(cls, **overrides: Any) -> GRPOSettings:
         """Small groups, short episodes, one pass over 32 games and a larger step, for a tiny student on CPU."""
         return cls(**({"games_per_step": 2, "num_generations": 4, "games_limit": 32, "epochs": 1,
-                       "learning_rate": 1e-4, "max_new_tokens": 64, "episode_steps": 20} | overrides))
+                       "learning_rate": 1e-4, "max_new_tokens": 64, "episode_steps": 20,
+                       "gradient_checkpointing": False} | overrides))
 
 
 class RolloutSource(Protocol):
@@ -472,6 +482,7 @@ def grpo_config(settings: GRPOSettings, checkpoints: Path, processes: int = 1) -
     ``games_per_step × num_generations`` episodes are split evenly over the processes (TRL's
     ``per_device_train_batch_size`` counts *episodes* here), and the turn samples they produce are trained in
     micro-batches of ``settings.per_device_train_batch_size`` inside the step (not by TRL's accumulation)."""
+    import torch
     from trl import GRPOConfig
 
     episodes = settings.games_per_step * settings.num_generations
@@ -484,8 +495,9 @@ def grpo_config(settings: GRPOSettings, checkpoints: Path, processes: int = 1) -
         gradient_accumulation_steps=1, num_generations=settings.num_generations, num_train_epochs=settings.epochs,
         max_steps=settings.max_steps or -1, learning_rate=settings.learning_rate, beta=settings.beta,
         max_grad_norm=settings.max_grad_norm, max_completion_length=settings.max_new_tokens,
-        temperature=settings.temperature, bf16=settings.bf16, seed=settings.seed, logging_steps=settings.logging_steps,
-        loss_type=settings.loss_type,
+        temperature=settings.temperature, bf16=settings.bf16, use_cpu=not torch.cuda.is_available(),
+        gradient_checkpointing=settings.gradient_checkpointing, scale_rewards=settings.scale_rewards,
+        seed=settings.seed, logging_steps=settings.logging_steps, loss_type=settings.loss_type,
         save_strategy="steps" if settings.save_steps else "no", save_steps=settings.save_steps or 500,
         report_to="none", disable_tqdm=True, dataloader_pin_memory=False,
         reward_weights=[1.0] * len(reward_functions(settings.reward)),

@@ -148,8 +148,10 @@ def to_prompt_completion(example: dict[str, Any]) -> dict[str, Any]:
     return {"prompt": messages[:-1], "completion": messages[-1:]}
 
 
-def rerender(example: dict[str, Any], prompt_set: str) -> dict[str, Any]:
-    """The example's messages rendered again from its stored template variables with ``prompt_set``."""
+def rerender(example: dict[str, Any], prompt_set: str, prompt_sha: str | None = None) -> dict[str, Any]:
+    """The example's messages rendered again from its stored template variables with ``prompt_set``; ``prompt_sha``,
+    when given, must be the set's sha256 (``datasets`` caches a map by its arguments, not by the template files it
+    reads: passing the sha makes an edited template a new map, never a cached rendering of the old text)."""
     if not example.get("turn_vars"):
         raise ValueError(f"example {example.get('episode_id')}/{example.get('turn')} has no stored turn variables: "
                          "reconsolidate (`evoharness consolidate --reconsolidate`) and curate again to train with "
@@ -157,8 +159,11 @@ def rerender(example: dict[str, Any], prompt_set: str) -> dict[str, Any]:
     import jinja2
 
     turn_vars = json.loads(example["turn_vars"])
+    prompts = load_prompt_set(prompt_set)
+    if prompt_sha is not None and prompts.sha256 != prompt_sha:
+        raise ValueError(f"prompt set {prompt_set!r} changed while rendering (sha {prompts.sha256}, expected {prompt_sha})")
     try:
-        rendered = load_prompt_set(prompt_set).render({"max_steps": turn_vars["max_steps"]}, turn_vars)
+        rendered = prompts.render({"max_steps": turn_vars["max_steps"]}, turn_vars)
     except jinja2.UndefinedError as error:
         raise ValueError(f"example {example.get('episode_id')}/{example.get('turn')}: prompt set {prompt_set!r} needs "
                          f"a turn variable the stored example lacks ({error}): reconsolidate (`evoharness consolidate "
@@ -183,7 +188,8 @@ def prepare_splits(dataset_path: str, prompt_set: str | None = None,
         if not len(part):
             continue
         if prompt_set is not None:
-            part = part.map(rerender, fn_kwargs={"prompt_set": prompt_set})
+            part = part.map(rerender, fn_kwargs={"prompt_set": prompt_set,
+                                                 "prompt_sha": load_prompt_set(prompt_set).sha256})
         parts[name] = part.map(to_prompt_completion, remove_columns=[c for c in part.column_names if c not in keep])
     return parts["train"], parts.get("validation")
 
