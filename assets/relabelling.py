@@ -32,6 +32,8 @@ class RelabelRunConfig(dg.Config):
     max_steps: int = Field(default=DEFAULTS["max_steps"], description="Step budget per episode.")
     max_tokens: int = Field(default=DEFAULTS["max_tokens"], description="Completion tokens per turn.")
     temperature: float | None = Field(default=DEFAULTS["temperature"], description="None: greedy.")
+    labels: str = Field(default=DEFAULTS["labels"], description="env: the expert's environment command where the "
+                        "student acted in the environment; turn: the scripted expert's whole turn everywhere.")
     concurrency: int = Field(default=DEFAULTS["concurrency"], description="Episodes in flight (their turns "
                              "generate as one batch).")
     engine: str | None = Field(default=DEFAULTS["engine"], description="textworld or fast (None: library default).")

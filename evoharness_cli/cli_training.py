@@ -220,13 +220,16 @@ def relabel_command(
     seeds: Annotated[list[int] | None, typer.Option("--seed", help="Seed per game (repeatable) [default: 0].")] = None,
     max_steps: Annotated[int, typer.Option(help="Step budget per episode.")] = 70,
     max_tokens: Annotated[int, typer.Option(help="Completion tokens per turn.")] = 128,
+    labels: Annotated[str, typer.Option(help="env: the expert's environment command where the student acted in the "
+                                             "environment; turn: the scripted expert's whole turn everywhere.")
+                      ] = "env",
     concurrency: Annotated[int, typer.Option(help="Episodes in flight (their turns generate as one batch).")] = 16,
     db: DbOption = None,
 ) -> None:
     """DAgger: the student plays train games, the expert labels every state it reaches, and the labelled states
     join its training dataset as a new, relabelled dataset (resumable; train it with `sft --parent-version`)."""
     config = RelabelConfig(model_version=model_version, limit=limit, seeds=tuple(seeds or (0,)),
-                           max_steps=max_steps, max_tokens=max_tokens, concurrency=concurrency)
+                           max_steps=max_steps, max_tokens=max_tokens, labels=labels, concurrency=concurrency)
     quiet_third_party()
     run_id = new_run_id()
     with Warehouse(db or default_db_path()) as wh:

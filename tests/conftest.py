@@ -87,7 +87,7 @@ def tiny_grpo(tmp_path_factory: pytest.TempPathFactory, catalog) -> tuple[Path, 
     return model_dir, fixed, games
 
 
-OVERFIT_SETTINGS = {"prompt_set": "alfworld/bpe_compact", "epochs": 100, "learning_rate": 3e-3, "batch_size": 4,
+OVERFIT_SETTINGS = {"prompt_set": "alfworld/bpe_student", "epochs": 100, "learning_rate": 3e-3, "batch_size": 4,
                     "per_device_batch_size": 4, "max_length": 1024, "logging_steps": 50, "save_steps": 10_000}
 
 

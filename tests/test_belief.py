@@ -52,6 +52,25 @@ def test_render_is_capped_and_goal_first() -> None:
     assert "apple 1 in/on countertop 1" in view and "1 more" in view and "knife 2" not in view
 
 
+def test_student_rendering_lists_unvisited_places_in_the_rooms_order() -> None:
+    from evoharness.harness.prompts import load_prompt_set
+
+    belief = AlfworldBelief()
+    belief.reset(INTRO, "put a hot apple in fridge.")
+    belief.update("go to countertop 1", "You arrive at countertop 1. On the countertop 1, you see a apple 1, and a knife 2.")
+    belief.update("take apple 1 from countertop 1", "You pick up the apple 1 from the countertop 1.")
+    belief.update("go to microwave 1", "You arrive at microwave 1. The microwave 1 is closed.")
+    belief.update("heat apple 1 with microwave 1", "You heat the apple 1 using the microwave 1.")
+    turn_vars = {"objective": "put a hot apple in fridge.", "step": 5, "max_steps": 70, "observation": "x",
+                 "admissible_commands": ["go to fridge 1", "open microwave 1"], "recent_actions": [],
+                 "belief_state": belief.snapshot(), "progress": "(no subgoals yet)", "bank_label": "b@v0",
+                 "notes_buffered": 0}
+    view = load_prompt_set("alfworld/bpe_student").render({"max_steps": 70}, turn_vars).user
+    assert "unvisited: cabinet 2, cabinet 1, fridge 1" in view  # as the room listed them; compact sorts them
+    assert "unvisited: cabinet 1, cabinet 2, fridge 1" in belief.render_compact()
+    assert "at: microwave 1 | holding: apple 1 (hot)" in view and "other objects seen: 1" in view
+
+
 @pytest.mark.parametrize("task_type", TASK_TYPES)
 def test_belief_matches_engine_facts_on_real_games(catalog, task_type: str) -> None:
     """Run the handcoded expert on the real engine; at every step the belief must agree with the facts."""

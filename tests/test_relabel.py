@@ -34,13 +34,16 @@ def test_every_turn_of_a_relabel_episode_carries_the_experts_turn(relabelled: tu
     with Warehouse(db, read_only=True) as wh:
         episodes = wh.con.execute("SELECT teacher, policy_kind, model_version, split FROM episodes "
                                   "WHERE policy_kind = 'relabel'").fetchall()
-        steps = wh.con.execute("SELECT s.label, s.turn_vars, s.action FROM steps s JOIN episodes e USING "
+        steps = wh.con.execute("SELECT s.label, s.turn_vars, s.kind FROM steps s JOIN episodes e USING "
                                "(episode_id) WHERE e.policy_kind = 'relabel' ORDER BY episode_id, t").fetchall()
         agreed = wh.scalar("SELECT avg(agreed::INT) FROM expert_labels WHERE model_version = ?", [model_version])
         evaluated = wh.scalar("SELECT count(*) FROM policy_evaluation WHERE policy = ?", [model_version])
     assert episodes == [(relabel_policy_name(model_version), "relabel", model_version, "train")] * 2
-    assert steps and all(label is not None and turn_vars is not None for label, turn_vars, _ in steps)
-    assert all(parse_turn(label).kind is not ActionKind.INVALID for label, _, _ in steps)
+    # labels="env": every environment turn of the student carries the expert's command (and the variables to
+    # re-render its prompt), its meta-action turns none
+    assert steps and all((label is not None) == (turn_vars is not None) == (kind == "env")
+                         for label, turn_vars, kind in steps)
+    assert {parse_turn(label).kind for label, _, _ in steps if label} == {ActionKind.ENV}
     assert 0 < agreed < 1  # it plays its own game like the expert, not the other one
     assert evaluated == 0  # relabelling episodes are never an evaluation of the student
 
@@ -77,7 +80,7 @@ def test_training_goes_on_from_the_parent_and_lineage_names_the_labelled_episode
                                   parent_version=model_version)
         sources = wh.con.execute("SELECT DISTINCT consolidator, teacher FROM lineage WHERE model_version = ?",
                                  [child.model_version]).fetchall()
-    assert settings.base_model == parent_path and settings.prompt_set == "alfworld/bpe_compact"
+    assert settings.base_model == parent_path and settings.prompt_set == "alfworld/bpe_student"
     assert child.row["parent_version"] == model_version and child.row["dataset_id"] == result.dataset_id
     assert sorted(sources) == [(LABEL_CONSOLIDATOR, relabel_policy_name(model_version)), ("rule", "expert")]
 

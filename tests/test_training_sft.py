@@ -110,6 +110,36 @@ def test_dagster_sft_student(curated_db: Path, tmp_path: Path) -> None:
     assert Path(metadata["path"].value, "config.json").exists()
 
 
+def test_max_tokens_sets_the_steps_from_the_datasets_tokens_per_example(curated: tuple[Path, str],
+                                                                        tmp_path: Path) -> None:
+    settings = SFTSettings.tiny_student(max_tokens=6_000, batch_size=4, per_device_batch_size=4, logging_steps=1,
+                                        max_length=1024)
+    result = train_sft(curated[1], tmp_path, settings)
+    train, _ = prepare_splits(curated[1], settings.prompt_set)
+    per_step = result.tokens_seen / result.steps
+    assert 1 < result.steps < len(train) / 4  # far fewer than the epochs would take
+    assert abs(result.tokens_seen - 6_000) <= per_step  # within one step of the budget
+
+
+def test_an_edited_template_is_rendered_again_not_taken_from_the_map_cache(curated: tuple[Path, str], tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from evoharness.harness.prompts import load_prompt_set, prompts_dir
+
+    prompts = Path(shutil.copytree(prompts_dir(), tmp_path / "prompts"))
+    monkeypatch.setenv("EVOHARNESS_PROMPTS", str(prompts))
+    system = prompts / "alfworld" / "bpe_student.system.j2"
+    firsts = []
+    for text in ("First system text.", "Second system text."):
+        system.write_text(text)
+        load_prompt_set.cache_clear()
+        train, _ = prepare_splits(curated[1], "alfworld/bpe_student")
+        firsts.append(train[0]["prompt"][0]["content"])
+    load_prompt_set.cache_clear()
+    assert firsts == ["First system text.", "Second system text."]
+
+
 def test_decision_metrics_are_logged_at_every_evaluation(curated: tuple[Path, str], tmp_path: Path) -> None:
     settings = SFTSettings.tiny_student(max_steps=2, logging_steps=1, max_length=1024, decision_turns=6,
                                         prompt_set="alfworld/bpe_compact")

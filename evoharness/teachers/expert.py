@@ -46,6 +46,11 @@ def _think_for(command: str) -> str:
     return f"I {command}."
 
 
+def expert_env_turn(command: str) -> str:
+    """The expert's turn for an environment command, with the thought its episodes write for it."""
+    return format_turn(_think_for(command), command)
+
+
 @dataclass
 class ExpertSession:
     """Per-episode state of the scripted harness use."""
@@ -70,7 +75,7 @@ class ExpertSession:
                 return PolicyOutput(format_turn(think, format_meta(kind, argument)))
         if command.startswith("go to "):
             self.visited.add(command[6:])
-        return PolicyOutput(format_turn(_think_for(command), command))
+        return PolicyOutput(expert_env_turn(command))
 
     def _meta_action(self, command: str, last_observation: str) -> tuple[ActionKind, str, str] | None:
         target = target_object(self.objective)
