@@ -27,7 +27,7 @@ from evoharness.training.model_versions import (
     train_grpo_version,
     train_sft_version,
 )
-from evoharness.training.relabel import RelabelConfig, collect_expert_labels
+from evoharness.training.relabel import LabelMode, RelabelConfig, collect_expert_labels
 from evoharness.training.sft import SFTSettings
 from evoharness.training.tiny_student import STUDENT_PRESETS, TINY
 from evoharness.training.trainer_utils import LogCallback
@@ -220,7 +220,7 @@ def relabel_command(
     seeds: Annotated[list[int] | None, typer.Option("--seed", help="Seed per game (repeatable) [default: 0].")] = None,
     max_steps: Annotated[int, typer.Option(help="Step budget per episode.")] = 70,
     max_tokens: Annotated[int, typer.Option(help="Completion tokens per turn.")] = 128,
-    labels: Annotated[str, typer.Option(help="env: the expert's environment command where the student acted in the "
+    labels: Annotated[LabelMode, typer.Option(help="env: the expert's environment command where the student acted in the "
                                              "environment; turn: the scripted expert's whole turn everywhere.")
                       ] = "env",
     concurrency: Annotated[int, typer.Option(help="Episodes in flight (their turns generate as one batch).")] = 16,

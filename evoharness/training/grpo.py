@@ -87,7 +87,7 @@ class GRPOSettings(BaseModel):
         """The preset for a student built on ``base_model`` with ``overrides`` (None values keep the preset);
         ``call_cost`` and ``diversity_max`` set λ_call and λ_max of the reward; ``lora_r`` trains LoRA adapters
         of that rank (alpha 2r) instead of every weight (0 or None: full)."""
-        given = {k: v for k, v in overrides.items() if v is not None}
+        given: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
         if lora_r:
             given["lora"] = LoraSettings(r=lora_r, alpha=2 * lora_r)
         reward: dict[str, Any] = {"call_cost": call_cost, "diversity_max": diversity_max}
@@ -104,9 +104,10 @@ class GRPOSettings(BaseModel):
         """A student built here that already plays (``small``): groups of 4 on 4 games a step, episodes of 50 steps,
         a step large enough to move a few-million-parameter model within tens of steps, advantages scaled by the
         batch's std (a win, not a failed group's repeat count, is what moves the policy), bf16 training passes."""
-        return cls(**({"games_per_step": 4, "num_generations": 4, "epochs": 1, "learning_rate": 3e-5,
-                       "max_new_tokens": 48, "episode_steps": 50, "scale_rewards": "batch", "bf16": True,
-                       "gradient_checkpointing": False} | overrides))
+        preset: dict[str, Any] = {"games_per_step": 4, "num_generations": 4, "epochs": 1, "learning_rate": 3e-5,
+                                  "max_new_tokens": 48, "episode_steps": 50, "scale_rewards": "batch", "bf16": True,
+                                  "gradient_checkpointing": False}
+        return cls(**(preset | overrides))
 
     @classmethod
     def tiny_student(cls, **overrides: Any) -> GRPOSettings:

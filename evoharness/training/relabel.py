@@ -31,6 +31,9 @@ from evoharness.teachers.expert import ExpertSession, ExpertTeacher, expert_env_
 from evoharness.teachers.registry import TeacherRegistry
 from warehouse import Warehouse
 
+LabelMode = Literal["env", "turn"]
+"""What the expert labels: its environment command on the student's environment turns, or its whole turn."""
+
 
 class RelabelConfig(BaseModel):
     """Which student plays where while the expert labels. Greedy by default (the student's own mistakes)."""
@@ -42,7 +45,7 @@ class RelabelConfig(BaseModel):
     max_steps: int = Field(default=70, ge=1)
     max_tokens: int = Field(default=128, ge=1)
     temperature: float | None = None
-    labels: Literal["env", "turn"] = Field(default="env", description=(
+    labels: LabelMode = Field(default="env", description=(
         "env: the expert's environment command on the turns where the student acted in the environment; turn: "
         "the scripted expert's whole turn, meta-actions included, on every turn."))
     concurrency: int = Field(default=16, ge=1)
