@@ -1,6 +1,8 @@
-"""What a student costs on a CPU, side by side in one run: the path as it was before issue #9 (teacher rendering,
-random batches, unconstrained decoding, 4 episodes in flight) against today's (compact student rendering,
-length-grouped batches, constrained decoding, 16 in flight), with the same small (3.4M) student.
+"""What a student costs on a CPU, side by side in one run, with the same small (3.4M) student: the path as it was
+before issue #9 (teacher rendering, random batches, unconstrained decoding, 4 episodes in flight, fp32 with
+activation recomputation), the compact path of the first #9 sessions (compact student rendering, length-grouped
+batches, constrained decoding, 16 in flight), and today's (the student rendering, bf16 training passes, no
+activation recomputation).
 
     ALFWORLD_DATA=../shared/alfworld python benchmarks/student_speed.py --dataset PATH   # a curated dataset
 
@@ -32,15 +34,20 @@ from evoharness.training.student_card import write_student_card
 from warehouse import Warehouse
 
 RESULTS = Path(__file__).resolve().parent / "results" / "student_speed.json"
+SLOW = {"bf16": False, "gradient_checkpointing": True}
 PATHS: dict[str, dict[str, Any]] = {
-    "before": {"prompt_set": None, "group_by_length": False, "constrain": False, "in_flight": 4},
-    "today": {"prompt_set": "alfworld/bpe_compact", "group_by_length": True, "constrain": True, "in_flight": 16},
+    "before": {"prompt_set": None, "group_by_length": False, "constrain": False, "in_flight": 4, **SLOW},
+    "compact": {"prompt_set": "alfworld/bpe_compact", "group_by_length": True, "constrain": True, "in_flight": 16,
+                **SLOW},
+    "today": {"prompt_set": "alfworld/bpe_student", "group_by_length": True, "constrain": True, "in_flight": 16,
+              "bf16": True, "gradient_checkpointing": False},
 }
 
 
 def sft_speed(dataset: str, path: dict[str, Any], steps: int, folder: Path) -> tuple[dict[str, float], str]:
     settings = SFTSettings.local_student("small", prompt_set=path["prompt_set"],
                                          group_by_length=path["group_by_length"], max_steps=steps,
+                                         bf16=path["bf16"], gradient_checkpointing=path["gradient_checkpointing"],
                                          decision_turns=0, save_steps=10_000, logging_steps=steps)
     result = train_sft(dataset, folder, settings)
     write_student_card(result.model_dir, path["prompt_set"], {"settings": settings.model_dump(mode="json")})
@@ -66,7 +73,8 @@ def evaluation_speed(model: str, path: dict[str, Any], episodes: int, steps: int
 
 def grpo_speed(model: str, path: dict[str, Any], folder: Path) -> dict[str, float]:
     settings = GRPOSettings.local_student(games_limit=2, games_per_step=2, num_generations=2, max_steps=1,
-                                          episode_steps=10)
+                                          episode_steps=10, bf16=path["bf16"],
+                                          gradient_checkpointing=path["gradient_checkpointing"])
     result = train_grpo(model, folder, settings, bank=load_bank_file(SEED_BANK), engine="fast")
     return {"grpo_seconds_per_step": round(result.seconds / max(1, result.steps), 1)}
 
@@ -88,12 +96,13 @@ def main() -> None:
             measured[name] = sft | evaluation_speed(model, path, args.episodes, args.max_steps, folder) \
                 | grpo_speed(model, path, folder / "grpo")
             print(name, measured[name], flush=True)
-    keys = list(measured["before"])
-    print(f"\n{'':26} {'before':>10} {'today':>10} {'today/before':>13}")
-    for key in keys:
-        before, today = measured["before"][key], measured["today"][key]
-        ratio = f"{today / before:.2f}x" if before else "-"
-        print(f"{key:26} {before!s:>10} {today!s:>10} {ratio:>13}")
+    names = list(PATHS)
+    print(f"\n{'':26}" + "".join(f"{n:>10}" for n in names) + f"{'today/before':>14}{'today/compact':>15}")
+    for key in measured["before"]:
+        values = [measured[n][key] for n in names]
+        ratios = [f"{measured['today'][key] / measured[n][key]:.2f}x" if measured[n][key] else "-"
+                  for n in ("before", "compact")]
+        print(f"{key:26}" + "".join(f"{v!s:>10}" for v in values) + f"{ratios[0]:>14}{ratios[1]:>15}")
     report = {"benchmark": "student_speed", "command": "python benchmarks/student_speed.py --dataset DATASET",
               "dataset": args.dataset, "paths": PATHS, "measured": measured,
               "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}}

@@ -16,11 +16,15 @@ from evoharness.training.model_versions import train_grpo_version
 from warehouse import Warehouse
 
 REPO = Path(__file__).resolve().parents[1]
+TRAINED_BUDGET = 70
+"""The step budget the overfit examples were collected under: it is in every prompt ("Step 3/70"), and a student
+that memorised ten turns plays them back only under the same text."""
+
 def test_overfit_student_wins_its_game(overfit: tuple[Path, str, Path]) -> None:
     db, model_version, _ = overfit
     with Warehouse(db) as wh:
         result = evaluate(wh, EvaluationConfig(model_version=model_version, splits=("train",), limit=1,
-                                               max_steps=40, max_tokens=64), "eval")
+                                               max_steps=TRAINED_BUDGET, max_tokens=64), "eval")
         played = wh.con.execute("SELECT won, n_steps, n_invalid FROM episodes WHERE teacher = ?",
                                 [model_version]).fetchall()
     assert result.by_split["train"].won == 1
@@ -33,13 +37,15 @@ def test_grpo_on_a_winnable_game_scores_and_updates(overfit: tuple[Path, str, Pa
 
     db, model_version, models = overfit
     settings = GRPOSettings.tiny_student(games_limit=1, games_per_step=1, num_generations=6, max_steps=1,
-                                         episode_steps=40, temperature=0.4, max_new_tokens=64, learning_rate=1e-3)
+                                         episode_steps=TRAINED_BUDGET, temperature=1.0, max_new_tokens=64,
+                                         learning_rate=1e-3)
     with Warehouse(db) as wh:
         grpo = train_grpo_version(wh, model_version, settings, models, "grpo", engine="fast")
         sft_path = wh.scalar("SELECT path FROM model_versions WHERE model_version = ?", [model_version])
     step = grpo.row["rollout_history"][0]
     assert step["rewards/solved_reward/mean"] > 0  # at least one of the group won the game
-    assert step["episode/success"] > 0
+    assert 0 < step["episode/success"] < 1  # sampled at T=1 the memorised game is won by some of the group only,
+    assert step["reward_std"] > 0  # a group that all won alike would have no advantage to learn from
     before = AutoModelForCausalLM.from_pretrained(sft_path).state_dict()
     after = AutoModelForCausalLM.from_pretrained(grpo.path).state_dict()
     changed = [name for name, weight in after.items() if not torch.equal(weight, before[name])]

@@ -65,7 +65,7 @@ class ExpertLabelledSession:
 
     student: PolicySession
     expert: ExpertSession
-    labels: str = "env"
+    labels: LabelMode = "env"
 
     async def act(self, context: TurnContext) -> PolicyOutput:
         output = await self.student.act(context)
@@ -86,7 +86,7 @@ class ExpertLabelledPolicy:
 
     student: Policy
     expert: ExpertTeacher
-    labels: str = "env"
+    labels: LabelMode = "env"
     needs_expert: bool = True
     name: str = field(init=False)
 
