@@ -220,9 +220,9 @@ def relabel_command(
     seeds: Annotated[list[int] | None, typer.Option("--seed", help="Seed per game (repeatable) [default: 0].")] = None,
     max_steps: Annotated[int, typer.Option(help="Step budget per episode.")] = 70,
     max_tokens: Annotated[int, typer.Option(help="Completion tokens per turn.")] = 128,
-    labels: Annotated[LabelMode, typer.Option(help="env: the expert's environment command where the student acted in the "
-                                             "environment; turn: the scripted expert's whole turn everywhere.")
-                      ] = "env",
+    labels: Annotated[LabelMode, typer.Option(help="env: the expert's environment command where the student acted "
+                                                   "in the environment; turn: the scripted expert's whole turn "
+                                                   "everywhere.")] = "env",
     concurrency: Annotated[int, typer.Option(help="Episodes in flight (their turns generate as one batch).")] = 16,
     db: DbOption = None,
 ) -> None:

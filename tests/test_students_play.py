@@ -10,15 +10,17 @@ import sys
 import time
 from pathlib import Path
 
+from evoharness.collection import CollectionConfig
 from evoharness.evaluation.run import EvaluationConfig, evaluate
 from evoharness.training.grpo import GRPOSettings
 from evoharness.training.model_versions import train_grpo_version
 from warehouse import Warehouse
 
 REPO = Path(__file__).resolve().parents[1]
-TRAINED_BUDGET = 70
-"""The step budget the overfit examples were collected under: it is in every prompt ("Step 3/70"), and a student
-that memorised ten turns plays them back only under the same text."""
+TRAINED_BUDGET = CollectionConfig.max_steps
+"""The step budget the overfit fixture's expert episode was collected under: it is in every prompt ("Step 3/70"),
+and a student that memorised ten turns plays them back only under the same text."""
+
 
 def test_overfit_student_wins_its_game(overfit: tuple[Path, str, Path]) -> None:
     db, model_version, _ = overfit
