@@ -35,7 +35,7 @@ def test_batch_scaling_keeps_a_failed_groups_small_differences_small() -> None:
     # game 1: a win and a loss; game 2: two losses that differ by one repeat (0.1)
     rewards = torch.tensor([10.5, 0.0, 0.1, 0.0])
     by_group, by_batch = group_advantages(rewards, group=2), group_advantages(rewards, group=2, scale="batch")
-    assert by_group[2] == pytest.approx(by_group[0], rel=1e-2)  # the repeat weighs as much as the win
+    assert by_group[2].item() == pytest.approx(by_group[0].item(), rel=1e-2)  # the repeat weighs as much as the win
     assert by_batch[0] > 1.0 and 0 < by_batch[2] < by_batch[0] / 50  # the win dominates the step
 
 
