@@ -101,9 +101,9 @@ class Warehouse:
                 if "lock" not in str(exc).lower() or time.monotonic() + delay > deadline:
                     raise WarehouseOpenError(self._open_problem(exc)) from exc
                 time.sleep(delay)
+                delay = min(delay * 2, 2.0)
             except (duckdb.Error, OSError) as exc:
                 raise WarehouseOpenError(self._open_problem(exc)) from exc
-                delay = min(delay * 2, 2.0)
 
     def _open_problem(self, exc: BaseException) -> str:
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
