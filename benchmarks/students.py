@@ -29,7 +29,7 @@ GRPO_SETTINGS = ["--max-steps", "24", "--games-per-step", "4", "--num-generation
 # the rest from the small preset (lr 3e-5, batch-std advantages, bf16 training passes, 50-step episodes, T 1.0)
 GRPO_FLAGS = {"--max-steps": "max_steps", "--games-per-step": "games_per_step", "--num-generations": "num_generations",
               "--learning-rate": "learning_rate", "--temperature": "temperature", "--scale-rewards": "scale_rewards",
-              "--save-steps": "save_steps"}
+              "--episode-steps": "episode_steps", "--save-steps": "save_steps"}
 DAGGER_GAMES, DAGGER_STEPS, DAGGER_LR = "300", "1500", "1e-4"  # 300 train games relabelled; 1,500 steps on the aggregate
 SPLIT_GAMES = {"valid_seen": 140, "valid_unseen": 134}  # an evaluation stopped early says so (resumable)
 DATA = [
@@ -85,13 +85,14 @@ def evaluation(db: str, policy: str) -> dict[str, dict[str, float]]:
     con = duckdb.connect(db, read_only=True)
     try:
         rows = con.execute(
-            "SELECT split, finished, success_rate, mean_steps, mean_harness_calls FROM policy_evaluation "
-            "WHERE policy = ? AND max_steps = 70 AND task_type = 'ALL'", [policy]).fetchall()
+            "SELECT split, finished, success_rate, mean_steps, mean_harness_calls, mean_repeats, mean_repeats_lost "
+            "FROM policy_evaluation WHERE policy = ? AND max_steps = 70 AND task_type = 'ALL'", [policy]).fetchall()
     finally:
         con.close()
     return {split: {"episodes": n, "games_in_split": SPLIT_GAMES[split], "complete": n == SPLIT_GAMES[split],
-                    "success": success, "mean_steps": steps, "harness_calls": calls}
-            for split, n, success, steps, calls in rows}
+                    "success": success, "mean_steps": steps, "harness_calls": calls, "repeats": repeats,
+                    "repeats_per_lost_game": repeats_lost}
+            for split, n, success, steps, calls, repeats, repeats_lost in rows}
 
 
 def grpo_curve(row: dict) -> dict:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from evoharness.agents.records import EpisodeRecord, EpisodeSpec, StepRecord
+from evoharness.agents.rows import episode_row, step_rows
 from evoharness.harness.prompts import Mode
 from evoharness.training.reward import (
     RewardConfig,
@@ -16,11 +17,13 @@ from evoharness.training.reward import (
     reward_functions,
     trajectory_reward,
 )
+from warehouse import Warehouse
 
 
-def _record(catalog, turns: list[tuple[str, str, str]], won: bool, max_steps: int = 70) -> EpisodeRecord:
+def _record(catalog, turns: list[tuple[str, str, str]], won: bool, max_steps: int = 70, seed: int = 0
+            ) -> EpisodeRecord:
     """``turns``: (kind, action, observation after it)."""
-    spec = EpisodeSpec("student", catalog.games("train", limit=1)[0], Mode.BPE, seed=0, max_steps=max_steps,
+    spec = EpisodeSpec("student", catalog.games("train", limit=1)[0], Mode.BPE, seed=seed, max_steps=max_steps,
                        prompt_id="alfworld/bpe", prompt_sha="x")
     steps = [StepRecord(t=t, kind=kind, action=action, argument=None, think="", raw_output="", parse_error=None,
                         observation=obs, admissible=True, won=won and t == len(turns) - 1,
@@ -44,6 +47,18 @@ TURNS = [
 ]
 
 
+OSCILLATION = [
+    ("env", "go to shelf 5", "On the shelf 5, you see nothing."),
+    ("env", "go to shelf 6", "On the shelf 6, you see nothing."),
+    ("env", "go to shelf 5", "On the shelf 5, you see nothing."),
+    ("track", "track shelf 6", "shelf 6: visited, nothing seen."),
+    ("env", "go to shelf 6", "On the shelf 6, you see nothing."),  # at shelf 5 again: a repeat
+    ("track", "track shelf 5", "shelf 5: visited, nothing seen."),
+    ("env", "go to shelf 5", "On the shelf 5, you see nothing."),  # at shelf 6 again: a repeat
+    ("track", "track shelf 6", "shelf 6: visited, nothing seen."),  # same call at shelf 5 again: a repeat
+]
+
+
 def test_trajectory_stats(catalog) -> None:
     stats = TrajectoryStats.from_record(_record(catalog, TURNS, won=True))
     assert stats == TrajectoryStats(won=True, turns=9, max_steps=70, distinct_verbs=5, repeats=1, invalid=1,
@@ -51,18 +66,20 @@ def test_trajectory_stats(catalog) -> None:
 
 
 def test_a_meta_action_between_two_visits_does_not_make_the_second_round_new(catalog) -> None:
-    oscillation = [
-        ("env", "go to shelf 5", "On the shelf 5, you see nothing."),
-        ("env", "go to shelf 6", "On the shelf 6, you see nothing."),
-        ("env", "go to shelf 5", "On the shelf 5, you see nothing."),
-        ("track", "track shelf 6", "shelf 6: visited, nothing seen."),
-        ("env", "go to shelf 6", "On the shelf 6, you see nothing."),  # at shelf 5 again: a repeat
-        ("track", "track shelf 5", "shelf 5: visited, nothing seen."),
-        ("env", "go to shelf 5", "On the shelf 5, you see nothing."),  # at shelf 6 again: a repeat
-        ("track", "track shelf 6", "shelf 6: visited, nothing seen."),  # same call at shelf 5 again: a repeat
-    ]
-    stats = TrajectoryStats.from_record(_record(catalog, oscillation, won=False))
+    stats = TrajectoryStats.from_record(_record(catalog, OSCILLATION, won=False))
     assert stats.repeats == 3 and stats.harness_calls == 3
+
+
+def test_the_warehouse_counts_repeats_as_the_reward_does(catalog, tmp_path) -> None:
+    """The ``episode_repeats`` view (what evaluation reports) and the reward's repeat count are one definition."""
+    records = [_record(catalog, TURNS, won=True, seed=0), _record(catalog, OSCILLATION, won=False, seed=1),
+               _record(catalog, [], won=False, seed=2)]
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        for record in records:
+            wh.write_episode(episode_row(record, "run", "v"), step_rows(record))
+        counted = dict(wh.con.execute("SELECT episode_id, repeats FROM episode_repeats").fetchall())
+    assert counted == {r.spec.episode_id: TrajectoryStats.from_record(r).repeats for r in records}
+    assert sorted(counted.values()) == [0, 1, 3]
 
 
 def test_every_term_of_the_reward(catalog) -> None:

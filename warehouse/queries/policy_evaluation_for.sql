@@ -1,7 +1,8 @@
 -- One policy's evaluation rows ($policy, $mode, $max_steps), with the same rows of the teacher it was
 -- distilled from (when it is a student and that teacher was evaluated on the split with the same budget;
 -- compare the episodes column too).
-SELECT policy, split, task_type, episodes, failed, won, success_rate, mean_steps, mean_harness_calls, mean_invalid
+SELECT policy, split, task_type, episodes, failed, won, success_rate, mean_steps, mean_harness_calls, mean_invalid,
+       mean_repeats, mean_repeats_lost
 FROM policy_evaluation
 WHERE mode = $mode AND max_steps = $max_steps
   AND (policy = $policy
