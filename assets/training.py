@@ -146,6 +146,8 @@ class GRPORunConfig(dg.Config):
     call_cost: float | None = Field(default=None, description="λ_call per harness call (paper 0; alternative 0.05).")
     diversity_max: float | None = Field(default=None, description="λ_max of the annealed diversity bonus.")
     lora_r: int | None = Field(default=None, description="LoRA rank (alpha = 2r); None or 0: full fine-tuning.")
+    forced_tokens_in_loss: bool | None = Field(default=None, description="Also score the tokens constrained "
+                                               "decoding forced (None: the preset, off).")
     per_device_train_batch_size: int | None = Field(default=None, description="Turn samples per forward pass.")
     save_steps: int | None = Field(default=None, description="Checkpoint every N steps (a rerun resumes).")
     vllm_server_url: str | None = Field(default=None, description="Generate rollouts on a `trl vllm-serve` server.")

@@ -25,8 +25,10 @@ import duckdb
 from evoharness.training.sft import SFTSettings
 
 RESULTS = Path(__file__).resolve().parent / "results" / "students.json"
-GRPO_SETTINGS = ["--max-steps", "24", "--games-per-step", "4", "--num-generations", "4", "--save-steps", "4"]
-# the rest from the small preset (lr 3e-5, batch-std advantages, bf16 training passes, 50-step episodes, T 1.0)
+GRPO_SETTINGS = ["--max-steps", "28", "--games-per-step", "4", "--num-generations", "4", "--learning-rate", "1e-4",
+                 "--save-steps", "4"]
+# the rest from the small preset (batch-std advantages, bf16 training passes, 70-step episodes, T 1.0, only the tokens
+# that were a choice scored)
 GRPO_FLAGS = {"--max-steps": "max_steps", "--games-per-step": "games_per_step", "--num-generations": "num_generations",
               "--learning-rate": "learning_rate", "--temperature": "temperature", "--scale-rewards": "scale_rewards",
               "--episode-steps": "episode_steps", "--save-steps": "save_steps"}
@@ -110,8 +112,9 @@ def grpo_command(parent: str, settings: dict) -> list[str]:
     """The `evoharness grpo` command that trains a GRPO version with these stored settings."""
     flags = [part for flag, key in GRPO_FLAGS.items() for part in (flag, str(settings[key]))]
     call_cost = settings["reward"]["call_cost"]
+    forced = settings.get("forced_tokens_in_loss", True)  # runs before the setting scored every token
     return ["evoharness", "grpo", "--parent-version", parent, *flags,
-            *(["--call-cost", str(call_cost)] if call_cost else [])]
+            *(["--call-cost", str(call_cost)] if call_cost else []), *(["--forced-tokens-in-loss"] if forced else [])]
 
 
 def dagger_commands(db: str, parent: str, settings: dict) -> list[list[str]]:

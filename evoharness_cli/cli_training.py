@@ -123,6 +123,9 @@ def grpo_command(
                                                            "the batch's (batch) or nothing (none) [default: "
                                                            "preset].")] = None,
     lora_r: Annotated[int | None, typer.Option(help="LoRA rank, alpha = 2r [default: full fine-tuning].")] = None,
+    forced_tokens_in_loss: Annotated[bool, typer.Option(help="Also score the tokens constrained decoding forced "
+                                                             "(the behaviour before 2026-12-02) [default: only "
+                                                             "tokens that were a choice].")] = False,
     per_device_train_batch_size: Annotated[int | None, typer.Option(help="Turn samples per forward pass "
                                                                          "[default: 8].")] = None,
     save_steps: Annotated[int | None, typer.Option(help="Checkpoint every N steps; a rerun resumes "
@@ -143,6 +146,7 @@ def grpo_command(
                                          max_steps=max_steps, learning_rate=learning_rate,
                                          episode_steps=episode_steps, max_new_tokens=max_new_tokens,
                                          temperature=temperature, scale_rewards=scale_rewards,
+                                         forced_tokens_in_loss=forced_tokens_in_loss or None,
                                          per_device_train_batch_size=per_device_train_batch_size,
                                          save_steps=save_steps, vllm_server_url=vllm_server_url)
         root = models_dir or str(wh.path.parent / "models")

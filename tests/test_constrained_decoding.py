@@ -55,6 +55,20 @@ def test_the_action_follows_only_admissible_continuations(tokenizer) -> None:
     assert tokenizer.eos_token_id not in constraint.allowed(tokenizer.encode("<think>\nI", add_special_tokens=False))
 
 
+def test_choices_mark_the_tokens_that_had_an_alternative(tokenizer) -> None:
+    """Free thought tokens and the pick between commands are choices; a command's forced tail is not."""
+    constraint = ActionConstraint(tokenizer, ActionSpace(COMMANDS, meta=False))
+    head = tokenizer.encode("<think>\nI search.\n</think>\n\n<action>", add_special_tokens=False)
+    turn = head + tokenizer.encode("take apple 1 from countertop 1</action>", add_special_tokens=False) + [
+        tokenizer.eos_token_id]
+    choices = constraint.choices(turn)
+    assert len(choices) == len(turn)
+    assert choices[len(head)]  # which command: a choice
+    assert not any(choices[len(head) + 1:])  # only one command starts with "take": the rest is forced
+    assert choices == [len(constraint.allowed(turn[:i])) > 1 for i in range(len(turn))]
+    assert any(choices[:len(head)])  # the thought is free text
+
+
 def test_an_action_space_reaches_a_local_client_through_the_runner(tmp_path: Path) -> None:
     import asyncio
 

@@ -63,6 +63,18 @@ def test_every_turn_is_a_sample_with_its_trajectory_advantage(catalog) -> None:
     assert int(samples["num_items_in_batch"]) == 3
 
 
+def test_forced_tokens_are_attended_to_but_not_scored(catalog) -> None:
+    game = catalog.games("train", limit=1)[0]
+    record = EpisodeRecord(EpisodeSpec("s", game, Mode.BPE, 0, 3, "p", "x"), "fast", datetime.now(UTC))
+    played = [Rollout(record, [TurnTokens([1], [7, 8, 2], [True, False, False]), TurnTokens([1], [9])])]
+    scored = turn_samples(played, torch.tensor([1.0]), pad_id=0, choices_only=True)
+    assert scored["completion_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]  # every real token stays in the context
+    assert scored["tool_mask"].tolist() == [[1, 0, 0], [1, 0, 0]]  # unconstrained turn: all its tokens scored
+    assert int(scored["num_items_in_batch"]) == 2
+    every = turn_samples(played, torch.tensor([1.0]), pad_id=0)  # forced_tokens_in_loss: the runs before 2026-12-02
+    assert "tool_mask" not in every and int(every["num_items_in_batch"]) == 4
+
+
 def test_grpo_version_plays_trains_and_is_reused(curated_db: Path, tmp_path: Path) -> None:
     logs: list[dict[str, float]] = []
     with Warehouse(curated_db) as wh:

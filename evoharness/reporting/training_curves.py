@@ -9,7 +9,7 @@ from typing import Any
 from evoharness.reporting.charts import panels_chart_png
 
 EPISODE_CURVES = {"success": "episode/success", "harness calls / episode": "episode/harness_calls",
-                  "turns / episode": "episode/turns"}
+                  "turns / episode": "episode/turns", "repeats / episode": "episode/repeats"}
 
 
 def _points(history: Sequence[Mapping[str, Any]], key: str) -> list[tuple[float, float]]:

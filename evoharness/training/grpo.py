@@ -61,6 +61,12 @@ class GRPOSettings(BaseModel):
         "What a group-centred reward is divided by: its group's std (the paper's GRPO), the batch's std, or "
         "nothing. With 'group', a group where every episode fails has its tiny repeat/diversity differences "
         "scaled up to the size of a win's advantage."))
+    forced_tokens_in_loss: bool = Field(default=False, description=(
+        "Score the tokens that constrained decoding forced (one allowed token) in the loss and KL. Off: only "
+        "tokens that were a choice are scored. A forced token has probability 1 under the constrained policy "
+        "(no gradient); scoring it pushes the unconstrained model's probability of it up or down for nothing "
+        "(a losing episode's forced tokens are driven towards 0, and the KL estimate with them: 198 at step 8 of "
+        "a lr 3e-4 run). Runs before 2026-12-02 scored them."))
     bf16: bool = Field(default=False, description="bf16 mixed precision in the training passes (GPUs; CPUs with "
                        "bf16 units). Rollouts generate with the weights as stored.")
     gradient_checkpointing: bool = Field(default=True, description="Recompute activations in the backward pass "
@@ -155,9 +161,9 @@ def _trainer_class() -> type:
         micro-batches of at most ``micro_batch_size`` turns with gradients accumulated across them."""
 
         def __init__(self, *args: Any, rollouts: RolloutSource, micro_batch_size: int,
-                     repeats_at: str = "environment", **kwargs: Any) -> None:
+                     repeats_at: str = "environment", forced_tokens_in_loss: bool = False, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            self.repeats_at = repeats_at
+            self.repeats_at, self.forced_tokens_in_loss = repeats_at, forced_tokens_in_loss
             if self.loss_type not in LOSS_NORMALIZATION:
                 raise ValueError(f"loss_type {self.loss_type!r} is not supported by the per-turn micro-batching "
                                  f"(supported: {sorted(LOSS_NORMALIZATION)})")
@@ -195,12 +201,14 @@ def _trainer_class() -> type:
 
         def _turn_samples(self, played: list[Rollout], advantages: torch.Tensor, device: Any) -> dict[str, Any]:
             output = {k: v.to(device) if isinstance(v, torch.Tensor) else v
-                      for k, v in turn_samples(played, advantages, self.processing_class.pad_token_id).items()}
+                      for k, v in turn_samples(played, advantages, self.processing_class.pad_token_id,
+                                               choices_only=not self.forced_tokens_in_loss).items()}
             prompt_ids, prompt_mask = output["prompt_ids"], output["prompt_mask"]
             completion_ids, completion_mask = output["completion_ids"], output["completion_mask"]
             # every process needs the global counts: the loss normalizes over all processes' turns and tokens,
             # and all processes must run the same number of micro-batches (TRL's loss logs with collectives)
-            local = torch.tensor([prompt_ids.size(0), int(completion_mask.sum())], device=device)
+            scored = completion_mask * output["tool_mask"] if "tool_mask" in output else completion_mask
+            local = torch.tensor([prompt_ids.size(0), int(scored.sum())], device=device)
             counts = self.accelerator.gather(local.unsqueeze(0)).view(-1, 2)
             output["num_items_in_batch"] = counts[:, 1].sum()
             output["global_turns"] = counts[:, 0].sum()
@@ -315,7 +323,8 @@ def micro_batches(batch: dict[str, Any], size: int, count: int, loss_type: str, 
         elif kind == "sequences":
             weight = size * processes / total_sequences
         else:
-            weight = float(chunk["completion_mask"].sum()) * processes / max(total_tokens, 1.0)
+            scored = chunk["completion_mask"] * chunk["tool_mask"] if "tool_mask" in chunk else chunk["completion_mask"]
+            weight = float(scored.sum()) * processes / max(total_tokens, 1.0)
         chunk["loss_weight"] = weight
         chunks.append(chunk)
     return chunks
@@ -338,7 +347,7 @@ def _with_filler(chunk: dict[str, Any], template: dict[str, Any], count: int) ->
         if key == "prompt_mask":
             filler.zero_()
             filler[:, -1] = 1
-        elif key in ("completion_mask", "advantages"):
+        elif key in ("completion_mask", "tool_mask", "advantages"):
             filler.zero_()
         out[key] = torch.cat([value, filler])
     return out
@@ -396,9 +405,12 @@ def group_advantages(rewards: Any, group: int, scale: str = "group") -> Any:
     return centred / (nanstd(grouped, dim=1).repeat_interleave(group) + 1e-4)
 
 
-def turn_samples(played: list[Rollout], advantages: Any, pad_id: int) -> dict[str, Any]:
+def turn_samples(played: list[Rollout], advantages: Any, pad_id: int, choices_only: bool = False
+                 ) -> dict[str, Any]:
     """One training sample per turn: its prompt (left-padded) and completion (right-padded) ids with masks, and
-    the advantage of the trajectory it belongs to. An empty completion is one masked-out pad token."""
+    the advantage of the trajectory it belongs to. An empty completion is one masked-out pad token. With
+    ``choices_only``, forced tokens stay in the completion (attended to) but out of the loss: TRL's
+    ``tool_mask`` (its mask of completion tokens the model did not choose) keeps only ``TurnTokens.choices``."""
     import torch
     from trl.trainer.utils import pad
 
@@ -408,7 +420,7 @@ def turn_samples(played: list[Rollout], advantages: Any, pad_id: int) -> dict[st
     completion_mask = pad([torch.ones(len(t.completion_ids), dtype=torch.long) if t.completion_ids
                            else torch.zeros(1, dtype=torch.long) for t, _ in samples],
                           padding_value=0, padding_side="right")
-    return {
+    output = {
         "prompt_ids": pad([torch.tensor(t.prompt_ids) for t, _ in samples], padding_value=pad_id,
                           padding_side="left"),
         "prompt_mask": pad([torch.ones(len(t.prompt_ids), dtype=torch.long) for t, _ in samples], padding_value=0,
@@ -417,8 +429,15 @@ def turn_samples(played: list[Rollout], advantages: Any, pad_id: int) -> dict[st
                               padding_value=pad_id, padding_side="right"),
         "completion_mask": completion_mask,
         "advantages": torch.stack([a for _, a in samples]),
-        "num_items_in_batch": completion_mask.sum(),
     }
+    scored = completion_mask
+    if choices_only and any(t.choices is not None for t, _ in samples):
+        output["tool_mask"] = pad([torch.tensor(t.choices if t.choices is not None and t.completion_ids
+                                                else [1] * max(len(t.completion_ids), 1), dtype=torch.long)
+                                   for t, _ in samples], padding_value=0, padding_side="right")
+        scored = completion_mask * output["tool_mask"]
+    output["num_items_in_batch"] = scored.sum()
+    return output
 
 
 def training_games(settings: GRPOSettings, data_root: str | None = None) -> list[str]:
@@ -476,7 +495,8 @@ def build_grpo_trainer(model_path: str, output_dir: str | Path, settings: GRPOSe
                             train_dataset=dataset, processing_class=tokenizer,
                             peft_config=settings.lora.peft_config() if settings.lora is not None else None,
                             rollouts=rollouts, micro_batch_size=settings.per_device_train_batch_size,
-                            repeats_at=settings.reward.repeats_at)
+                            repeats_at=settings.reward.repeats_at,
+                            forced_tokens_in_loss=settings.forced_tokens_in_loss)
 
 
 def grpo_config(settings: GRPOSettings, checkpoints: Path, processes: int = 1) -> Any:

@@ -23,10 +23,13 @@ from evoharness.teachers.clients.hf_batching import BatchGenerator, Sampling
 
 @dataclass(frozen=True)
 class TurnTokens:
-    """One turn as the model saw and wrote it (the completion ends with the end-of-turn token if emitted)."""
+    """One turn as the model saw and wrote it (the completion ends with the end-of-turn token if emitted).
+    ``choices`` marks the completion tokens that were a choice under constrained decoding (None: unconstrained,
+    every token was)."""
 
     prompt_ids: list[int]
     completion_ids: list[int]
+    choices: list[bool] | None = None
 
 
 @dataclass
@@ -52,7 +55,8 @@ class ModelSession:
                                                              meta=context.mode is Mode.BPE)) \
             if self.policy.constrain_actions else None
         completion_ids = await self.policy.generator.generate(prompt_ids, self.policy.sampling, constraint)
-        self.turns.append(TurnTokens(list(prompt_ids), completion_ids))
+        choices = constraint.choices(completion_ids) if constraint is not None else None
+        self.turns.append(TurnTokens(list(prompt_ids), completion_ids, choices))
         return PolicyOutput(tokenizer.decode(completion_ids, skip_special_tokens=True),
                             input_tokens=len(prompt_ids), output_tokens=len(completion_ids))
 

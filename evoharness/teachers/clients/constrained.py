@@ -86,6 +86,11 @@ class ActionConstraint:
             return self._free_argument([])
         return list(node.children) or [self.eos]
 
+    def choices(self, completion: list[int]) -> list[bool]:
+        """Per token of ``completion``: whether it was a choice (more than one token was allowed there). A
+        forced token has probability 1 under the constrained policy, so it carries no policy gradient."""
+        return [len(self.allowed(completion[:i])) > 1 for i in range(len(completion))]
+
     def _thinking(self, text: str) -> list[int]:
         """Before ``<action>``: tokens that keep ``text`` a prefix of ``<think>\n`` thought ``\n</think>…<action>``."""
         thought = text[len(THINK_OPEN):]
