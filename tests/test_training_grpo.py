@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from evoharness.agents.records import EpisodeRecord, EpisodeSpec
+from evoharness.collection import CollectionConfig
 from evoharness.harness.prompts import Mode
 from evoharness.training.grpo import GRPOSettings, group_advantages, turn_samples
 from evoharness.training.model_versions import teacher_datasets, train_grpo_version, train_sft_version
@@ -45,6 +46,9 @@ def test_presets() -> None:
     assert (paper.episode_steps, paper.max_new_tokens, paper.epochs) == (70, 512, 150)
     assert paper.lora is not None and (paper.lora.r, paper.lora.alpha) == (16, 32)
     assert paper.reward.call_cost == 0.05 and paper.reward.diversity_max == 0.5
+    small = GRPOSettings.for_base("small")
+    assert small.episode_steps == CollectionConfig.max_steps  # the budget in every SFT prompt ("Step k/70")
+    assert not small.forced_tokens_in_loss and not paper.forced_tokens_in_loss
     tiny = GRPOSettings.for_base("tiny", max_steps=3)
     assert (tiny.games_per_step, tiny.num_generations, tiny.games_limit, tiny.max_steps, tiny.lora) == (2, 4, 32, 3,
                                                                                                          None)
