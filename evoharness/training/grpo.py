@@ -207,8 +207,7 @@ def _trainer_class() -> type:
             completion_ids, completion_mask = output["completion_ids"], output["completion_mask"]
             # every process needs the global counts: the loss normalizes over all processes' turns and tokens,
             # and all processes must run the same number of micro-batches (TRL's loss logs with collectives)
-            scored = completion_mask * output["tool_mask"] if "tool_mask" in output else completion_mask
-            local = torch.tensor([prompt_ids.size(0), int(scored.sum())], device=device)
+            local = torch.tensor([prompt_ids.size(0), int(loss_mask(output).sum())], device=device)
             counts = self.accelerator.gather(local.unsqueeze(0)).view(-1, 2)
             output["num_items_in_batch"] = counts[:, 1].sum()
             output["global_turns"] = counts[:, 0].sum()
@@ -323,8 +322,7 @@ def micro_batches(batch: dict[str, Any], size: int, count: int, loss_type: str, 
         elif kind == "sequences":
             weight = size * processes / total_sequences
         else:
-            scored = chunk["completion_mask"] * chunk["tool_mask"] if "tool_mask" in chunk else chunk["completion_mask"]
-            weight = float(scored.sum()) * processes / max(total_tokens, 1.0)
+            weight = float(loss_mask(chunk).sum()) * processes / max(total_tokens, 1.0)
         chunk["loss_weight"] = weight
         chunks.append(chunk)
     return chunks
@@ -430,14 +428,19 @@ def turn_samples(played: list[Rollout], advantages: Any, pad_id: int, choices_on
         "completion_mask": completion_mask,
         "advantages": torch.stack([a for _, a in samples]),
     }
-    scored = completion_mask
     if choices_only and any(t.choices is not None for t, _ in samples):
         output["tool_mask"] = pad([torch.tensor(t.choices if t.choices is not None and t.completion_ids
                                                 else [1] * max(len(t.completion_ids), 1), dtype=torch.long)
                                    for t, _ in samples], padding_value=0, padding_side="right")
-        scored = completion_mask * output["tool_mask"]
-    output["num_items_in_batch"] = scored.sum()
+    output["num_items_in_batch"] = loss_mask(output).sum()
     return output
+
+
+def loss_mask(batch: dict[str, Any]) -> Any:
+    """The completion tokens the loss scores: ``completion_mask``, times ``tool_mask`` where there is one (as
+    TRL's ``_compute_loss`` does)."""
+    mask = batch["completion_mask"]
+    return mask * batch["tool_mask"] if "tool_mask" in batch else mask
 
 
 def training_games(settings: GRPOSettings, data_root: str | None = None) -> list[str]:

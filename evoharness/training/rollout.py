@@ -55,7 +55,8 @@ class ModelSession:
                                                              meta=context.mode is Mode.BPE)) \
             if self.policy.constrain_actions else None
         completion_ids = await self.policy.generator.generate(prompt_ids, self.policy.sampling, constraint)
-        choices = constraint.choices(completion_ids) if constraint is not None else None
+        choices = constraint.choices(completion_ids) \
+            if constraint is not None and self.policy.generator.applies_constraints else None
         self.turns.append(TurnTokens(list(prompt_ids), completion_ids, choices))
         return PolicyOutput(tokenizer.decode(completion_ids, skip_special_tokens=True),
                             input_tokens=len(prompt_ids), output_tokens=len(completion_ids))

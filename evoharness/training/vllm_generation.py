@@ -9,7 +9,7 @@ package (``pip install trl[vllm]``); ``benchmarks/vllm_check.py`` checks it wher
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from evoharness.teachers.clients.hf_batching import BatchGenerator, Sampling
 
@@ -20,6 +20,7 @@ class VLLMServerGenerator(BatchGenerator):
 
     base_url: str = "http://127.0.0.1:8000"
     _client: Any = field(default=None, repr=False)
+    applies_constraints: ClassVar[bool] = False  # the server samples freely: every token is the model's choice
 
     def client(self) -> Any:
         if self._client is None:

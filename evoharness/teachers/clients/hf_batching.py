@@ -12,7 +12,7 @@ import asyncio
 import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from evoharness.teachers.clients.constrained import ActionConstraint
 
@@ -42,6 +42,7 @@ class BatchGenerator:
     max_batch: int = 16
     seed: int | None = None
     batch_sizes: list[int] = field(default_factory=list)  # every batch run, for tests and benchmarks
+    applies_constraints: ClassVar[bool] = True  # a row with a constraint only gets the tokens it allows
     _pending: dict[Sampling, list[_Request]] = field(default_factory=lambda: defaultdict(list))
     _draining: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
