@@ -145,6 +145,7 @@ class GRPORunConfig(dg.Config):
                                       "('group'), the batch's ('batch') or nothing ('none').")
     call_cost: float | None = Field(default=None, description="λ_call per harness call (paper 0; alternative 0.05).")
     diversity_max: float | None = Field(default=None, description="λ_max of the annealed diversity bonus.")
+    repeat_cap: int | None = Field(default=None, description="Repeats the repeat penalty counts at most (paper 10).")
     lora_r: int | None = Field(default=None, description="LoRA rank (alpha = 2r); None or 0: full fine-tuning.")
     forced_tokens_in_loss: bool | None = Field(default=None, description="Also score the tokens constrained "
                                                "decoding forced (None: the preset, off).")

@@ -117,6 +117,8 @@ def grpo_command(
     episode_steps: Annotated[int | None, typer.Option(help="Step budget per episode.")] = None,
     max_new_tokens: Annotated[int | None, typer.Option(help="Completion tokens per turn.")] = None,
     call_cost: Annotated[float | None, typer.Option(help="λ_call per harness call [default: 0].")] = None,
+    repeat_cap: Annotated[int | None, typer.Option(help="Repeats the repeat penalty counts at most [default: 10, "
+                                                        "the paper's].")] = None,
     temperature: Annotated[float | None, typer.Option(help="Sampling temperature of the rollouts "
                                                            "[default: 1.0].")] = None,
     scale_rewards: Annotated[str | None, typer.Option(help="Divide centred rewards by the group's std (group), "
@@ -141,8 +143,8 @@ def grpo_command(
     with Warehouse(db or default_db_path()) as wh:
         parent = parent_version or choose(teacher_sft_versions(wh, teacher), "SFT version", teacher)
         base = wh.scalar("SELECT base_model FROM model_versions WHERE model_version = ?", [parent])
-        settings = GRPOSettings.for_base(base, call_cost=call_cost, lora_r=lora_r, games_per_step=games_per_step,
-                                         num_generations=num_generations, games_limit=games_limit,
+        settings = GRPOSettings.for_base(base, call_cost=call_cost, repeat_cap=repeat_cap, lora_r=lora_r,
+                                         games_per_step=games_per_step, num_generations=num_generations, games_limit=games_limit,
                                          max_steps=max_steps, learning_rate=learning_rate,
                                          episode_steps=episode_steps, max_new_tokens=max_new_tokens,
                                          temperature=temperature, scale_rewards=scale_rewards,

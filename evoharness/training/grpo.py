@@ -89,14 +89,15 @@ class GRPOSettings(BaseModel):
 
     @classmethod
     def for_base(cls, base_model: str, call_cost: float | None = None, diversity_max: float | None = None,
-                 lora_r: int | None = None, **overrides: Any) -> GRPOSettings:
+                 repeat_cap: int | None = None, lora_r: int | None = None, **overrides: Any) -> GRPOSettings:
         """The preset for a student built on ``base_model`` with ``overrides`` (None values keep the preset);
-        ``call_cost`` and ``diversity_max`` set λ_call and λ_max of the reward; ``lora_r`` trains LoRA adapters
-        of that rank (alpha 2r) instead of every weight (0 or None: full)."""
+        ``call_cost``, ``diversity_max`` and ``repeat_cap`` set λ_call, λ_max and the repeats counted by the
+        reward's repeat penalty; ``lora_r`` trains LoRA adapters of that rank (alpha 2r) instead of every weight
+        (0 or None: full)."""
         given: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
         if lora_r:
             given["lora"] = LoraSettings(r=lora_r, alpha=2 * lora_r)
-        reward: dict[str, Any] = {"call_cost": call_cost, "diversity_max": diversity_max}
+        reward: dict[str, Any] = {"call_cost": call_cost, "diversity_max": diversity_max, "repeat_cap": repeat_cap}
         if any(v is not None for v in reward.values()):
             given["reward"] = RewardConfig(**{k: v for k, v in reward.items() if v is not None})
         if base_model == TINY:

@@ -35,7 +35,9 @@ class RewardConfig(BaseModel):
     diversity_max: float = Field(default=0.5, ge=0, description="λ_max (paper 0.5; the code release uses 1.0).")
     diversity_epochs: float = Field(default=150, gt=0, description="U: epochs over which λ_div anneals to 0.")
     repeat_penalty: float = 0.1
-    repeat_cap: int = 10
+    repeat_cap: int = Field(default=10, ge=0, description=(
+        "Repeats the penalty counts (paper 10: a 42-repeat loop costs what a 10-repeat one does; the episode "
+        "step cap counts every repeat)."))
     invalid_penalty: float = 0.1
     call_cost: float = Field(default=0.0, ge=0, description="λ_call per harness call (documented alternative 0.05).")
     repeats_at: Literal["environment", "any"] = Field(default="environment", description=(
