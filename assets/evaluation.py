@@ -33,6 +33,8 @@ class EvaluationRunConfig(dg.Config):
                              "generate as one batch).")
     constrain_actions: bool = Field(default=DEFAULTS["constrain_actions"], description="Decode actions "
                                     "constrained to the admissible commands and meta-actions.")
+    avoid_repeats: bool = Field(default=DEFAULTS["avoid_repeats"], description="Also leave out environment "
+                                "commands already issued at the same observation (policy '<version>.no-repeat').")
     engine: str | None = Field(default=DEFAULTS["engine"], description="textworld or fast (None: library "
                                "default).")
     serve_url: str | None = Field(default=DEFAULTS["serve_url"], description="OpenAI-compatible server serving "
@@ -55,6 +57,7 @@ def student_evaluation(context: dg.AssetExecutionContext, config: EvaluationRunC
     evaluation = EvaluationConfig(
         model_version=context.partition_key, splits=tuple(config.splits), limit=config.limit,
         mode=Mode(config.mode) if config.mode else None, constrain_actions=config.constrain_actions,
+        avoid_repeats=config.avoid_repeats,
         max_steps=config.max_steps, max_tokens=config.max_tokens, temperature=config.temperature,
         concurrency=config.concurrency, engine=config.engine, data_root=alfworld.root(),
         serve_url=config.serve_url, served_model=config.served_model,
@@ -71,7 +74,7 @@ def student_evaluation(context: dg.AssetExecutionContext, config: EvaluationRunC
         version = stored_version(wh, context.partition_key)
     index = {c: i for i, c in enumerate(result.columns)}
     student_rows = [r for r in result.rows
-                    if r[index["policy"]] == result.model_version and r[index["task_type"]] != "ALL"]
+                    if r[index["policy"]] == result.policy and r[index["task_type"]] != "ALL"]
     played = next(iter(result.by_split.values()), None)
     metadata: dict[str, dg.MetadataValue] = (collection_lineage(played, context.run.run_id) if played else {}) | \
         id_metadata(dict(zip(("distilled_from", "stage", "dataset_id", "parent_version"), trained or ()))) | {

@@ -192,6 +192,9 @@ def evaluate_command(
     concurrency: Annotated[int, typer.Option(help="Episodes in flight (their turns generate as one batch).")] = 16,
     constrain_actions: Annotated[bool, typer.Option(help="Decode actions constrained to admissible commands and "
                                                          "meta-actions.")] = True,
+    avoid_repeats: Annotated[bool, typer.Option(help="Also leave out environment commands already issued at the "
+                                                     "same observation (episodes stored as the policy "
+                                                     "'<version>.no-repeat').")] = False,
     engine: Annotated[str | None, typer.Option(help="textworld or fast (default: the library default).")] = None,
     serve_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server serving the version (vllm serve, "
                                                        "SGLang, TGI), e.g. http://host:8000/v1 [default: play "
@@ -203,7 +206,8 @@ def evaluate_command(
     """Play a model version on the evaluation splits (resumable) and print it beside its teacher."""
     config = EvaluationConfig(model_version=model_version, splits=tuple(split or EVAL_SPLITS), limit=limit,
                               mode=mode, max_steps=max_steps, max_tokens=max_tokens, concurrency=concurrency,
-                              engine=engine, constrain_actions=constrain_actions, serve_url=serve_url,
+                              engine=engine, constrain_actions=constrain_actions, avoid_repeats=avoid_repeats,
+                              serve_url=serve_url,
                               served_model=served_model)
     quiet_third_party()
     with Warehouse(db or default_db_path()) as wh, progress_reporter(f"{model_version} evaluation") as update:
@@ -215,7 +219,7 @@ def evaluate_command(
             result = evaluate(wh, config, new_run_id(), on_progress=on_progress)
         except LookupError as exc:
             raise typer.BadParameter(str(exc)) from exc
-    print_table(f"{model_version} ({result.mode.value}) beside its teacher", result.columns, result.rows)
+    print_table(f"{result.policy} ({result.mode.value}) beside its teacher", result.columns, result.rows)
 
 
 def relabel_command(

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from evoharness.harness.grammar import ActionKind, parse_turn
-from evoharness.teachers.clients.constrained import ActionConstraint, ActionSpace
+from evoharness.teachers.clients.constrained import ActionConstraint, ActionSpace, RepeatGuard
 from evoharness.testing.tiny_hf import build_tiny_qwen3
 
 COMMANDS = ("go to countertop 1", "go to cabinet 1", "go to cabinet 10", "take apple 1 from countertop 1", "look")
@@ -80,3 +80,40 @@ def test_an_action_space_reaches_a_local_client_through_the_runner(tmp_path: Pat
                                              action_space=ActionSpace(COMMANDS, meta=False)))
     turn = parse_turn(completion.text)
     assert turn.error is None and turn.action in COMMANDS
+
+
+def test_a_repeat_guard_leaves_out_commands_issued_at_the_same_observation() -> None:
+    guard = RepeatGuard()
+    guard.record("<think>\nlook there\n</think>\n\n<action>go to cabinet 1</action>", "You arrive at countertop 1.")
+    guard.record("<think>\nwhere\n</think>\n\n<action>track [apple]</action>", "You arrive at countertop 1.")
+    assert guard.commands(COMMANDS, "You arrive at countertop 1.") == tuple(c for c in COMMANDS
+                                                                           if c != "go to cabinet 1")
+    assert guard.commands(COMMANDS, "You arrive at cabinet 1.") == COMMANDS  # another observation: all new
+    assert guard.commands(("go to cabinet 1",), "You arrive at countertop 1.") == ("go to cabinet 1",)  # none left
+
+
+@pytest.mark.parametrize("avoid_repeats", [False, True])
+def test_a_student_avoiding_repeats_never_repeats_a_command_at_an_observation(tmp_path: Path,
+                                                                              avoid_repeats: bool) -> None:
+    """An untrained model decoded greedily loops; with avoid_repeats it never issues a command twice at one
+    observation (the ``episode_repeats`` view, the reward's rule, counts 0)."""
+    import os
+
+    from evoharness.collection import CollectionConfig, collect
+    from evoharness.harness.prompts import Mode
+    from evoharness.teachers.registry import Provider, TeacherSpec
+    from evoharness.testing.teachers import write_registry
+    from warehouse import Warehouse
+
+    os.environ.setdefault("ALFWORLD_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "alfworld"))
+    spec = TeacherSpec(name="tiny-guarded", provider=Provider.LOCAL_HF, model=str(build_tiny_qwen3(tmp_path / "m")),
+                       price_in=0.0, price_out=0.0, max_tokens=256, mode=Mode.REACT, constrain_actions=True,
+                       avoid_repeats=avoid_repeats)
+    config = CollectionConfig(teacher=spec.name, mode=Mode.REACT, split="valid_seen", limit=1, max_steps=25,
+                              engine="fast", teachers_file=str(write_registry(tmp_path / "teachers.yaml", spec)))
+    with Warehouse(tmp_path / "wh.duckdb") as wh:
+        collect(config, wh, run_id="guard")
+        steps, repeats = wh.con.execute("SELECT e.n_steps, r.repeats FROM episodes e "
+                                        "JOIN episode_repeats r USING (episode_id)").fetchone()
+    assert steps == 25
+    assert (repeats == 0) if avoid_repeats else (repeats > 0)

@@ -22,6 +22,7 @@ from evoharness.training.student_card import read_student_card, student_prompt_s
 from warehouse import Warehouse
 
 EVAL_SPLITS = ("valid_seen", "valid_unseen")
+NO_REPEAT_SUFFIX = ".no-repeat"
 
 
 class EvaluationConfig(BaseModel):
@@ -36,6 +37,9 @@ class EvaluationConfig(BaseModel):
     temperature: float | None = None
     constrain_actions: bool = Field(default=True, description="Decode actions constrained to the admissible "
                                     "commands and meta-actions (local students).")
+    avoid_repeats: bool = Field(default=False, description=(
+        "Constrained decoding also leaves out the environment commands the episode already issued at the same "
+        "observation (a decoding rule, not the student: its episodes are the policy '<version>.no-repeat')."))
     concurrency: int = Field(default=16, ge=1, description="Episodes in flight; their turns generate as one batch.")
     engine: str | None = None
     workers: int | None = None
@@ -47,6 +51,11 @@ class EvaluationConfig(BaseModel):
         "The model name on that server (None: the model version id; `vllm serve PATH --served-model-name ID`)."))
     api_key_env: str | None = Field(default=None, description="Env var holding the server's key, if it needs one.")
 
+    @property
+    def policy(self) -> str:
+        """The name its episodes are stored under: the model version, suffixed by a non-default decoding rule."""
+        return f"{self.model_version}{NO_REPEAT_SUFFIX}" if self.avoid_repeats else self.model_version
+
 
 @dataclass
 class EvaluationResult:
@@ -55,12 +64,16 @@ class EvaluationResult:
     columns: list[str] = field(default_factory=list)
     rows: list[tuple] = field(default_factory=list)  # policy_evaluation rows of the student and its teacher
     mode: Mode = Mode.BPE  # the mode it played in
+    policy: str = ""  # the name its episodes carry (EvaluationConfig.policy; "": the model version)
+
+    def __post_init__(self) -> None:
+        self.policy = self.policy or self.model_version
 
     def success_rate(self, split: str) -> float | None:
         """The student's overall success on ``split`` (None when it played no episode there)."""
         index = {c: i for i, c in enumerate(self.columns)}
         for row in self.rows:
-            if row[index["policy"]] == self.model_version and row[index["split"]] == split \
+            if row[index["policy"]] == self.policy and row[index["split"]] == split \
                     and row[index["task_type"]] == "ALL":
                 return float(row[index["success_rate"]])
         return None
@@ -78,8 +91,9 @@ def student_policy(wh: Warehouse, config: EvaluationConfig) -> tuple[TeacherSpec
     mode = config.mode or Mode(read_student_card(row[0]).get("settings", {}).get("view", "bpe"))
     served = {"provider": Provider.OPENAI_COMPATIBLE, "model": config.served_model or config.model_version,
               "base_url": config.serve_url, "api_key_env": config.api_key_env} if config.serve_url else {
-        "provider": Provider.LOCAL_HF, "model": row[0], "constrain_actions": config.constrain_actions}
-    spec = TeacherSpec(name=config.model_version, price_in=0.0, price_out=0.0, max_concurrency=config.concurrency,
+        "provider": Provider.LOCAL_HF, "model": row[0], "constrain_actions": config.constrain_actions,
+        "avoid_repeats": config.avoid_repeats}
+    spec = TeacherSpec(name=config.policy, price_in=0.0, price_out=0.0, max_concurrency=config.concurrency,
                        max_tokens=config.max_tokens, temperature=config.temperature, mode=mode, distill_games=None,
                        prompt_template=student_prompt_set(row[0], mode), **served)
     return spec, row[1]
@@ -102,6 +116,6 @@ def evaluate(wh: Warehouse, config: EvaluationConfig, run_id: str,
             lambda done, total, record, split=split: on_progress(split, done, total, record))
         by_split[split] = collect(collection, wh, run_id, on_progress=progress, registry=registry,
                                   model_version=config.model_version)
-    columns, rows = wh.query("policy_evaluation_for", policy=spec.name, mode=mode.value,
-                             max_steps=config.max_steps)
-    return EvaluationResult(config.model_version, by_split, columns, rows, mode)
+    columns, rows = wh.query("policy_evaluation_for", policy=spec.name, model_version=config.model_version,
+                             mode=mode.value, max_steps=config.max_steps)
+    return EvaluationResult(config.model_version, by_split, columns, rows, mode, spec.name)

@@ -23,7 +23,7 @@ from evoharness.teachers.clients.base import (
     ModelNotFound,
     aclose_client,
 )
-from evoharness.teachers.clients.constrained import ActionSpace
+from evoharness.teachers.clients.constrained import ActionSpace, RepeatGuard
 from evoharness.teachers.registry import TeacherSpec
 from evoharness.teachers.retry import Cooldown, RetriesExhausted, with_retries
 
@@ -55,14 +55,18 @@ class LLMSession:
 
     teacher: LLMTeacher
     episode_id: str
+    repeats: RepeatGuard | None = None  # set when the spec avoids repeats
 
     async def act(self, context: TurnContext) -> PolicyOutput:
         spec, usage = self.teacher.spec, Usage()
         label = f"{spec.name} episode {self.episode_id[:8]} turn {context.t}"
         refusals = empties = 0
+        observation = context.result.observation  # the environment's last (a meta-action's result is not)
+        commands = tuple(context.result.admissible_commands)
+        if self.repeats is not None:
+            commands = self.repeats.commands(commands, observation)
         while True:
-            space = ActionSpace(tuple(context.result.admissible_commands), meta=context.mode is Mode.BPE) \
-                if spec.constrain_actions else None
+            space = ActionSpace(commands, meta=context.mode is Mode.BPE) if spec.constrain_actions else None
             completion = await self.teacher.call(context.prompt.messages(), label, space)
             usage.add(completion, spec)
             if completion.refused and refusals < spec.retry.refusal_retries:
@@ -75,6 +79,8 @@ class LLMSession:
                 continue
             break
         text = completion.text
+        if self.repeats is not None:
+            self.repeats.record(text, observation)
         if completion.refused:
             logger.warning("%s: refusal kept as an invalid turn", label)
             text = text or REFUSAL_TEXT
@@ -97,7 +103,7 @@ class LLMTeacher:
         self.name = self.spec.name
 
     def start_episode(self, episode_id: str, objective: str) -> LLMSession:
-        return LLMSession(self, episode_id)
+        return LLMSession(self, episode_id, RepeatGuard() if self.spec.avoid_repeats else None)
 
     async def aclose(self) -> None:
         """Close the client's connections; call on the event loop that ran the episodes."""

@@ -72,6 +72,9 @@ class TeacherSpec(BaseModel):
     prompt_template: str = Field(default="alfworld/{mode}", description="Prompt set id; {mode} is filled in.")
     constrain_actions: bool = Field(default=False, description=(
         "local_hf: decode each action constrained to the admissible commands and meta-actions."))
+    avoid_repeats: bool = Field(default=False, description=(
+        "With constrain_actions: also leave out the environment commands this episode already issued at the same "
+        "environment observation (while another one is admissible)."))
     retry: RetryConfig = Field(default_factory=RetryConfig)
     distill_games: int | None = Field(default=DEFAULT_DISTILL_GAMES, ge=1, description=(
         "Train games a distillation run (sensor → distill_teacher job) collects on; None: every train game."))
@@ -95,6 +98,8 @@ class TeacherSpec(BaseModel):
             raise ValueError("provider openai_compatible needs --base-url")
         if self.provider in (Provider.ANTHROPIC, Provider.OPENAI) and not self.api_key_env:
             raise ValueError(f"provider {self.provider.value} needs --api-key-env (the variable's name)")
+        if self.avoid_repeats and not self.constrain_actions:
+            raise ValueError("avoid_repeats works through constrained decoding: it needs constrain_actions")
         return self
 
     def prompt_id(self, mode: Mode) -> str:

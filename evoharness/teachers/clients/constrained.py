@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from evoharness.harness.grammar import META_ACTIONS
+from evoharness.harness.grammar import META_ACTIONS, ActionKind, parse_turn
 
 ACTION_OPEN, ACTION_CLOSE = "<action>", "</action>"
 THINK_OPEN = "<think>\n"
@@ -34,6 +34,26 @@ class ActionSpace:
 
     commands: tuple[str, ...]
     meta: bool = True
+
+
+@dataclass
+class RepeatGuard:
+    """One episode's environment commands by the environment observation they were issued at, to leave out of
+    the next turn's action space those that would repeat (the GRPO reward's repeat rule: the same command at the
+    same observation brings nothing new). When every admissible command would repeat, all stay allowed."""
+
+    issued: set[tuple[str, str]] = field(default_factory=set)
+
+    def commands(self, admissible: tuple[str, ...], observation: str) -> tuple[str, ...]:
+        """The admissible commands not yet issued at ``observation`` (all of them if none is left)."""
+        fresh = tuple(c for c in admissible if (c, observation) not in self.issued)
+        return fresh or admissible
+
+    def record(self, completion: str, observation: str) -> None:
+        """Remember the environment command ``completion`` issued at ``observation`` (other turns are not kept)."""
+        turn = parse_turn(completion)
+        if turn.kind is ActionKind.ENV:
+            self.issued.add((turn.action, observation))
 
 
 @dataclass
