@@ -16,12 +16,12 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import duckdb
 
+from evoharness.evaluation.run import NO_REPEAT_SUFFIX
 from evoharness.training.sft import SFTSettings
 
 RESULTS = Path(__file__).resolve().parent / "results" / "students.json"
@@ -117,6 +117,11 @@ def grpo_command(parent: str, settings: dict) -> list[str]:
             *(["--call-cost", str(call_cost)] if call_cost else []), *(["--forced-tokens-in-loss"] if forced else [])]
 
 
+def no_repeat_command(version: str) -> list[str]:
+    """The evaluation that plays ``version`` greedily without repeats (policy '<version>.no-repeat')."""
+    return ["evoharness", "evaluate", "--model-version", version, "--avoid-repeats"]
+
+
 def dagger_commands(db: str, parent: str, settings: dict) -> list[list[str]]:
     """The `evoharness relabel` and `evoharness sft --parent-version` commands that made a DAgger version."""
     con = duckdb.connect(db, read_only=True)
@@ -131,24 +136,30 @@ def dagger_commands(db: str, parent: str, settings: dict) -> list[list[str]]:
 
 
 def write_results(db: str, commands: dict[str, list[list[str]]]) -> None:
+    """One run per model version played greedily, and one more per version also played without repeats."""
     runs = []
     for row in versions(db):
         settings = json.loads(row["settings"])
         name = row["model_version"]
         view = "bpe" if row["stage"] == "grpo" else settings.get("view", "bpe")
         stage = "dagger" if row["stage"] == "sft" and row["parent_version"] else row["stage"]
-        runs.append({"name": name, "stage": stage, "mode": view, "parameters": row["parameters"],
-                     "parent_version": row["parent_version"], "train_seconds": round(row["seconds"], 1),
-                     "tokens_seen": row["tokens_seen"], **evaluation(db, name),
-                     **(grpo_curve(row) if row["stage"] == "grpo" else {}),
-                     "command": [" ".join(c) for c in commands.get(name, [])]})
+        made = [" ".join(c) for c in commands.get(name, [])]
+        run = {"name": name, "model_version": name, "decoding": "greedy", "stage": stage, "mode": view,
+               "parameters": row["parameters"], "parent_version": row["parent_version"],
+               "train_seconds": round(row["seconds"], 1), "tokens_seen": row["tokens_seen"]}
+        runs.append(run | evaluation(db, name) | (grpo_curve(row) if row["stage"] == "grpo" else {}) |
+                    {"command": made})
+        no_repeat = evaluation(db, name + NO_REPEAT_SUFFIX)
+        if no_repeat:
+            runs.append(run | {"name": name + NO_REPEAT_SUFFIX, "decoding": "greedy, no repeats"} | no_repeat |
+                        {"command": [*made[:-1], " ".join(no_repeat_command(name))]})
     RESULTS.write_text(json.dumps({"command": "python benchmarks/students.py", "runs": runs}, indent=1) + "\n")
     print(f"wrote {RESULTS}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    stages = ["data", "sft", "evaluate", "grpo", "dagger", "results"]
+    stages = ["data", "sft", "evaluate", "grpo", "dagger", "no-repeat", "results"]
     parser.add_argument("--stages", nargs="+", default=stages, choices=stages)
     parser.add_argument("--views", nargs="+", default=["bpe", "react"], choices=["bpe", "react"],
                         help="the students the sft and evaluate stages train and play (react needs the bpe one)")
@@ -162,12 +173,12 @@ def main() -> None:
             run(sft_command(db, view))
     commands: dict[str, list[list[str]]] = {}
     students: dict[str, str] = {}
-    if {"evaluate", "grpo", "dagger", "results"} & set(args.stages):
+    if {"evaluate", "grpo", "dagger", "no-repeat", "results"} & set(args.stages):
         for view in ("bpe", "react"):
             try:
                 students[view] = sft_version(db, view)
             except LookupError:
-                if view in args.views and {"evaluate", "grpo", "dagger"} & set(args.stages):
+                if view in args.views and {"evaluate", "grpo", "dagger", "no-repeat"} & set(args.stages):
                     raise  # the results stage writes what exists
 
     for view, version in students.items():
@@ -191,9 +202,12 @@ def main() -> None:
         made = [grpo_command(students["bpe"], settings)] if child["stage"] == "grpo" else \
             dagger_commands(db, students["bpe"], settings)
         commands[child["model_version"]] = [*commands[students["bpe"]][:-1], *made, evaluate_child]
+    if "no-repeat" in args.stages:  # the BPE student and its newest child, each played without repeats
+        for version in [students["bpe"], *[c["model_version"] for c in children[-1:]]]:
+            run(no_repeat_command(version))
     if "results" in args.stages:
         write_results(db, commands)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -210,7 +210,7 @@ def evaluate_command(
                               serve_url=serve_url,
                               served_model=served_model)
     quiet_third_party()
-    with Warehouse(db or default_db_path()) as wh, progress_reporter(f"{model_version} evaluation") as update:
+    with Warehouse(db or default_db_path()) as wh, progress_reporter(f"{config.policy} evaluation") as update:
 
         def on_progress(split_name: str, done: int, total: int, record: object) -> None:
             update(done, total, split_name)

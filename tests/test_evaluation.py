@@ -8,7 +8,7 @@ import dagster as dg
 import pytest
 
 from evoharness.collection import CollectionConfig, collect
-from evoharness.evaluation.run import EvaluationConfig, evaluate
+from evoharness.evaluation.run import NO_REPEAT_SUFFIX, EvaluationConfig, evaluate
 from evoharness.training.model_versions import teacher_datasets, train_sft_version
 from evoharness.training.sft import SFTSettings
 from warehouse import Warehouse
@@ -47,6 +47,21 @@ def test_student_plays_through_the_harness_and_reads_beside_its_teacher(curated_
     assert [(row[0], row[3]) for row in overall] == [(version.model_version, 2), ("expert", 2)]
     # another step budget is another evaluation: never averaged with the first, and no teacher row at that budget
     assert [(row[0], row[3], row[7]) for row in shorter.rows if row[2] == "ALL"] == [(version.model_version, 2, 2.0)]
+
+
+def test_a_decoding_without_repeats_is_its_own_policy_of_the_same_version(curated_db: Path, tmp_path: Path) -> None:
+    with Warehouse(curated_db) as wh:
+        version = train_sft_version(wh, teacher_datasets(wh, "expert")[0], TINY_TRAINING, tmp_path, "train")
+        greedy = evaluate(wh, EvaluationConfig(model_version=version.model_version, **QUICK), "greedy")
+        guarded = evaluate(wh, EvaluationConfig(model_version=version.model_version, avoid_repeats=True, **QUICK),
+                           "guarded")
+        stored = wh.con.execute("SELECT teacher, model_version, count(*) FROM episodes WHERE policy_kind = 'student' "
+                                "GROUP BY ALL ORDER BY teacher").fetchall()
+    name = f"{version.model_version}{NO_REPEAT_SUFFIX}"
+    assert guarded.policy == name and guarded.by_split["valid_seen"].written == 2  # not resumed from the greedy run
+    assert stored == [(version.model_version, version.model_version, 2), (name, version.model_version, 2)]
+    assert guarded.success_rate("valid_seen") == 0.0 and greedy.success_rate("valid_seen") == 0.0
+    assert {row[0] for row in guarded.rows} == {name}  # its own rows (no teacher evaluated at this budget)
 
 
 def test_unknown_model_version_is_a_clear_error(curated_db: Path) -> None:
