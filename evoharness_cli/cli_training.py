@@ -128,6 +128,8 @@ def grpo_command(
     forced_tokens_in_loss: Annotated[bool, typer.Option(help="Also score the tokens constrained decoding forced "
                                                              "(the behaviour before 2026-12-02) [default: only "
                                                              "tokens that were a choice].")] = False,
+    avoid_repeats: Annotated[bool, typer.Option(help="Rollouts leave out environment commands already issued at "
+                                                     "the same observation (as `evaluate --avoid-repeats`).")] = False,
     per_device_train_batch_size: Annotated[int | None, typer.Option(help="Turn samples per forward pass "
                                                                          "[default: 8].")] = None,
     save_steps: Annotated[int | None, typer.Option(help="Checkpoint every N steps; a rerun resumes "
@@ -149,6 +151,7 @@ def grpo_command(
                                          episode_steps=episode_steps, max_new_tokens=max_new_tokens,
                                          temperature=temperature, scale_rewards=scale_rewards,
                                          forced_tokens_in_loss=forced_tokens_in_loss or None,
+                                         avoid_repeats=avoid_repeats or None,
                                          per_device_train_batch_size=per_device_train_batch_size,
                                          save_steps=save_steps, vllm_server_url=vllm_server_url)
         root = models_dir or str(wh.path.parent / "models")

@@ -79,6 +79,33 @@ def test_forced_tokens_are_attended_to_but_not_scored(catalog) -> None:
     assert "tool_mask" not in every and int(every["num_items_in_batch"]) == 4
 
 
+@pytest.mark.parametrize("avoid_repeats", [False, True])
+def test_rollouts_avoiding_repeats_never_repeat_a_command_at_an_observation(tmp_path: Path,
+                                                                            avoid_repeats: bool) -> None:
+    """A near-greedy untrained model loops in its rollouts; with avoid_repeats it never repeats (reward's rule)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from evoharness.testing.tiny_hf import build_tiny_qwen3
+    from evoharness.training.grpo import rollout_engine, training_games
+    from evoharness.training.reward import TrajectoryStats
+
+    path = build_tiny_qwen3(tmp_path / "m")
+    settings = GRPOSettings.tiny_student(episode_steps=10, max_new_tokens=256, temperature=1e-3,
+                                         avoid_repeats=avoid_repeats)
+    engine = rollout_engine(settings, None, None, None)
+    try:
+        [played] = engine.play(training_games(settings)[:1], AutoModelForCausalLM.from_pretrained(path),
+                               AutoTokenizer.from_pretrained(path), round_id=0)
+    finally:
+        engine.close()
+    stats = TrajectoryStats.from_record(played.record)
+    assert stats.turns == 10 and len(played.turns) == 10
+    assert (stats.repeats == 0) if avoid_repeats else (stats.repeats > 0)
+    if avoid_repeats:  # a vLLM server samples unconstrained: it cannot leave commands out
+        with pytest.raises(ValueError, match="constrained decoding"):
+            GRPOSettings.tiny_student(avoid_repeats=True, vllm_server_url="http://127.0.0.1:8000")
+
+
 def test_grpo_version_plays_trains_and_is_reused(curated_db: Path, tmp_path: Path) -> None:
     logs: list[dict[str, float]] = []
     with Warehouse(curated_db) as wh:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from evoharness.agents.runner import RunSettings
 from evoharness.envs.alfworld import SEED_BANK, GameCatalog
@@ -67,6 +67,9 @@ class GRPOSettings(BaseModel):
         "(no gradient); scoring it pushes the unconstrained model's probability of it up or down for nothing "
         "(a losing episode's forced tokens are driven towards 0, and the KL estimate with them: 198 at step 8 of "
         "a lr 3e-4 run). Runs before 2026-12-02 scored them."))
+    avoid_repeats: bool = Field(default=False, description=(
+        "Rollouts decode as `evaluate --avoid-repeats` plays: constrained decoding leaves out the environment "
+        "commands the episode already issued at the same observation (not with a vLLM server)."))
     bf16: bool = Field(default=False, description="bf16 mixed precision in the training passes (GPUs; CPUs with "
                        "bf16 units). Rollouts generate with the weights as stored.")
     gradient_checkpointing: bool = Field(default=True, description="Recompute activations in the backward pass "
@@ -82,6 +85,12 @@ class GRPOSettings(BaseModel):
     vllm_server_url: str | None = Field(default=None, description=(
         "Generate rollouts with a `trl vllm-serve` server at this URL (TRL's vLLM integration syncs the weights "
         "every step); None: HF generate in the training process."))
+
+    @model_validator(mode="after")
+    def _repeats_need_constraints(self) -> GRPOSettings:
+        if self.avoid_repeats and self.vllm_server_url is not None:
+            raise ValueError("avoid_repeats works through constrained decoding, which a vLLM server does not apply")
+        return self
 
     OPERATIONAL: ClassVar[frozenset[str]] = frozenset({"per_device_train_batch_size", "save_steps",
                                                        "vllm_server_url"})
@@ -543,6 +552,7 @@ def rollout_engine(settings: GRPOSettings, bank: ExperienceBankData | None, data
         load_prompt_set(prompt_set), run_settings,
         Sampling(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature),
         data_root=data_root, engine=engine, vllm_server_url=settings.vllm_server_url,
+        avoid_repeats=settings.avoid_repeats,
     )
 
 

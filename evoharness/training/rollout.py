@@ -17,7 +17,7 @@ from evoharness.envs.alfworld import GameCatalog
 from evoharness.envs.pool import EnvPool
 from evoharness.harness.prompts import Mode, PromptSet
 from evoharness.teachers.base import PolicyOutput, TurnContext
-from evoharness.teachers.clients.constrained import ActionConstraint, ActionSpace
+from evoharness.teachers.clients.constrained import ActionConstraint, ActionSpace, RepeatGuard
 from evoharness.teachers.clients.hf_batching import BatchGenerator, Sampling
 
 
@@ -46,20 +46,25 @@ class ModelSession:
 
     policy: ModelPolicy
     turns: list[TurnTokens] = field(default_factory=list)
+    repeats: RepeatGuard | None = None  # set when the policy avoids repeats
 
     async def act(self, context: TurnContext) -> PolicyOutput:
         tokenizer = self.policy.generator.tokenizer
         prompt_ids = tokenizer.apply_chat_template(context.prompt.messages(), add_generation_prompt=True,
                                                    tokenize=True, return_dict=True)["input_ids"]
-        constraint = ActionConstraint(tokenizer, ActionSpace(tuple(context.result.admissible_commands),
-                                                             meta=context.mode is Mode.BPE)) \
+        observation, commands = context.result.observation, tuple(context.result.admissible_commands)
+        if self.repeats is not None:
+            commands = self.repeats.commands(commands, observation)
+        constraint = ActionConstraint(tokenizer, ActionSpace(commands, meta=context.mode is Mode.BPE)) \
             if self.policy.constrain_actions else None
         completion_ids = await self.policy.generator.generate(prompt_ids, self.policy.sampling, constraint)
         choices = constraint.choices(completion_ids) \
             if constraint is not None and self.policy.generator.applies_constraints else None
         self.turns.append(TurnTokens(list(prompt_ids), completion_ids, choices))
-        return PolicyOutput(tokenizer.decode(completion_ids, skip_special_tokens=True),
-                            input_tokens=len(prompt_ids), output_tokens=len(completion_ids))
+        text = tokenizer.decode(completion_ids, skip_special_tokens=True)
+        if self.repeats is not None:
+            self.repeats.record(text, observation)
+        return PolicyOutput(text, input_tokens=len(prompt_ids), output_tokens=len(completion_ids))
 
 
 @dataclass
@@ -69,12 +74,13 @@ class ModelPolicy:
     generator: BatchGenerator
     sampling: Sampling
     constrain_actions: bool = True
+    avoid_repeats: bool = False  # constrained decoding leaves out commands issued at the same observation before
     name: str = "grpo-rollout"
     needs_expert: bool = False
     sessions: dict[str, ModelSession] = field(default_factory=dict)
 
     def start_episode(self, episode_id: str, objective: str) -> ModelSession:
-        session = ModelSession(self)
+        session = ModelSession(self, repeats=RepeatGuard() if self.avoid_repeats else None)
         self.sessions[episode_id] = session
         return session
 
@@ -84,9 +90,9 @@ class RolloutEngine:
 
     def __init__(self, prompt_set: PromptSet, settings: RunSettings, sampling: Sampling, max_batch: int = 16,
                  data_root: str | None = None, engine: str | None = None,
-                 vllm_server_url: str | None = None) -> None:
+                 vllm_server_url: str | None = None, avoid_repeats: bool = False) -> None:
         self.prompt_set, self.settings, self.sampling, self.max_batch = prompt_set, settings, sampling, max_batch
-        self.vllm_server_url = vllm_server_url
+        self.vllm_server_url, self.avoid_repeats = vllm_server_url, avoid_repeats
         self.catalog = GameCatalog(data_root)
         self.pool = EnvPool(workers=0 if engine in (None, "fast") else None, engine=engine)
         self.bank_label = f"{settings.bank.bank_id}@v{settings.bank.version}"
@@ -96,7 +102,7 @@ class RolloutEngine:
         """One episode per entry of ``game_ids`` (repeats of a game are a GRPO group, told apart by seed). The
         episodes are entries ``first_index``… of the step's global batch (another process plays the others):
         seeds follow the global position, so the episodes do not depend on the number of processes."""
-        policy = ModelPolicy(self._generator(model, tokenizer), self.sampling)
+        policy = ModelPolicy(self._generator(model, tokenizer), self.sampling, avoid_repeats=self.avoid_repeats)
         specs = [
             EpisodeSpec(teacher=f"{policy.name}-{round_id}", game=self.catalog.get(game_id), mode=Mode.BPE,
                         seed=first_index + index, max_steps=self.settings.budget.max_steps, prompt_id=self.prompt_set.prompt_id,
