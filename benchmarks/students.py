@@ -19,10 +19,9 @@ import subprocess
 import time
 from pathlib import Path
 
-import duckdb
-
 from evoharness.evaluation.run import NO_REPEAT_SUFFIX
 from evoharness.training.sft import SFTSettings
+from warehouse import Warehouse
 
 RESULTS = Path(__file__).resolve().parent / "results" / "students.json"
 GRPO_SETTINGS = ["--max-steps", "28", "--games-per-step", "4", "--num-generations", "4", "--learning-rate", "1e-4",
@@ -58,16 +57,13 @@ def run(command: list[str]) -> None:
 
 
 def versions(db: str) -> list[dict]:
-    con = duckdb.connect(db, read_only=True)
-    try:
-        cursor = con.execute("SELECT model_version, stage, parent_version, settings, parameters, seconds, tokens_seen, "
-                             "rollout_history "
-                             "FROM model_versions WHERE base_model = 'small' OR parent_version IS NOT NULL "
-                             "ORDER BY created_at")
+    with Warehouse(db, read_only=True) as wh:  # waits while a running stage holds the file
+        cursor = wh.con.execute("SELECT model_version, stage, parent_version, settings, parameters, seconds, "
+                                "tokens_seen, rollout_history "
+                                "FROM model_versions WHERE base_model = 'small' OR parent_version IS NOT NULL "
+                                "ORDER BY created_at")
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-    finally:
-        con.close()
 
 
 def sft_version(db: str, view: str) -> str:
@@ -84,13 +80,10 @@ def sft_version(db: str, view: str) -> str:
 
 def evaluation(db: str, policy: str) -> dict[str, dict[str, float]]:
     """The policy's overall row per split of the ``policy_evaluation`` view (the one success_rate definition)."""
-    con = duckdb.connect(db, read_only=True)
-    try:
-        rows = con.execute(
+    with Warehouse(db, read_only=True) as wh:
+        rows = wh.con.execute(
             "SELECT split, finished, success_rate, mean_steps, mean_harness_calls, mean_repeats, mean_repeats_lost "
             "FROM policy_evaluation WHERE policy = ? AND max_steps = 70 AND task_type = 'ALL'", [policy]).fetchall()
-    finally:
-        con.close()
     return {split: {"episodes": n, "games_in_split": SPLIT_GAMES[split], "complete": n == SPLIT_GAMES[split],
                     "success": success, "mean_steps": steps, "harness_calls": calls, "repeats": repeats,
                     "repeats_per_lost_game": repeats_lost}
@@ -124,12 +117,9 @@ def no_repeat_command(version: str) -> list[str]:
 
 def dagger_commands(db: str, parent: str, settings: dict) -> list[list[str]]:
     """The `evoharness relabel` and `evoharness sft --parent-version` commands that made a DAgger version."""
-    con = duckdb.connect(db, read_only=True)
-    try:
-        dataset = con.execute("SELECT dataset_id FROM datasets WHERE config->>'relabelled_by' = ? "
-                              "ORDER BY created_at DESC", [parent]).fetchone()
-    finally:
-        con.close()
+    with Warehouse(db, read_only=True) as wh:
+        dataset = wh.con.execute("SELECT dataset_id FROM datasets WHERE config->>'relabelled_by' = ? "
+                                 "ORDER BY created_at DESC", [parent]).fetchone()
     return [["evoharness", "relabel", "--model-version", parent, "--limit", DAGGER_GAMES],
             ["evoharness", "sft", "--parent-version", parent, "--dataset", dataset[0] if dataset else "?",
              "--max-steps", str(settings["max_steps"]), "--learning-rate", str(settings["learning_rate"])]]
