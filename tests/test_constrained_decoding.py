@@ -82,26 +82,30 @@ def test_an_action_space_reaches_a_local_client_through_the_runner(tmp_path: Pat
     assert turn.error is None and turn.action in COMMANDS
 
 
-def test_a_repeat_guard_leaves_out_commands_issued_at_the_same_observation() -> None:
-    guard = RepeatGuard()
-    guard.record("<think>\nlook there\n</think>\n\n<action>go to cabinet 1</action>", "You arrive at countertop 1.")
-    guard.record("<think>\nwhere\n</think>\n\n<action>track [apple]</action>", "You arrive at countertop 1.")
-    assert guard.commands(COMMANDS, "You arrive at countertop 1.") == tuple(c for c in COMMANDS
-                                                                           if c != "go to cabinet 1")
+def test_a_repeat_guard_leaves_out_commands_issued_in_the_same_state() -> None:
+    guard, here = RepeatGuard(), "You arrive at countertop 1."
+    guard.record("<think>\nlook there\n</think>\n\n<action>go to cabinet 1</action>", here, COMMANDS)
+    guard.record("<think>\nwhere\n</think>\n\n<action>track [apple]</action>", here, COMMANDS)
+    assert guard.commands(COMMANDS, here) == tuple(c for c in COMMANDS if c != "go to cabinet 1")
     assert guard.commands(COMMANDS, "You arrive at cabinet 1.") == COMMANDS  # another observation: all new
-    assert guard.commands(("go to cabinet 1",), "You arrive at countertop 1.") == ("go to cabinet 1",)  # none left
+    holding = (*COMMANDS, "move apple 1 to countertop 1")  # the same observation, holding something: a new state
+    assert guard.commands(holding, here) == holding
+    guard.record("<think>\nagain\n</think>\n\n<action>go to cabinet 1</action>", here, ("go to cabinet 1",))
+    assert guard.commands(("go to cabinet 1",), here) == ("go to cabinet 1",)  # none left: all stay allowed
 
 
 @pytest.mark.parametrize("avoid_repeats", [False, True])
-def test_a_student_avoiding_repeats_never_repeats_a_command_at_an_observation(tmp_path: Path,
+def test_a_student_avoiding_repeats_never_repeats_a_command_in_a_state(tmp_path: Path,
                                                                               avoid_repeats: bool) -> None:
-    """An untrained model decoded greedily loops; with avoid_repeats it never issues a command twice at one
-    observation (the ``episode_repeats`` view, the reward's rule, counts 0)."""
+    """An untrained model decoded greedily loops; with avoid_repeats it never issues a command twice in one state
+    (observation and admissible commands, checked by replaying its commands)."""
     import os
 
     from evoharness.collection import CollectionConfig, collect
+    from evoharness.envs.alfworld import GameCatalog
     from evoharness.harness.prompts import Mode
     from evoharness.teachers.registry import Provider, TeacherSpec
+    from evoharness.testing.replay import state_repeats
     from evoharness.testing.teachers import write_registry
     from warehouse import Warehouse
 
@@ -113,7 +117,9 @@ def test_a_student_avoiding_repeats_never_repeats_a_command_at_an_observation(tm
                               engine="fast", teachers_file=str(write_registry(tmp_path / "teachers.yaml", spec)))
     with Warehouse(tmp_path / "wh.duckdb") as wh:
         collect(config, wh, run_id="guard")
-        steps, repeats = wh.con.execute("SELECT e.n_steps, r.repeats FROM episodes e "
-                                        "JOIN episode_repeats r USING (episode_id)").fetchone()
-    assert steps == 25
-    assert (repeats == 0) if avoid_repeats else (repeats > 0)
+        game_id, seed, repeats = wh.con.execute("SELECT e.game_id, e.seed, r.repeats FROM episodes e "
+                                                "JOIN episode_repeats r USING (episode_id)").fetchone()
+        steps = wh.con.execute("SELECT kind, action FROM steps ORDER BY t").fetchall()
+    assert len(steps) == 25
+    in_state = state_repeats(GameCatalog().get(game_id), seed, steps)
+    assert (in_state == 0) if avoid_repeats else (in_state > 0 and repeats >= in_state)

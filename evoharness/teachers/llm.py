@@ -62,9 +62,8 @@ class LLMSession:
         label = f"{spec.name} episode {self.episode_id[:8]} turn {context.t}"
         refusals = empties = 0
         observation = context.result.observation  # the environment's last (a meta-action's result is not)
-        commands = tuple(context.result.admissible_commands)
-        if self.repeats is not None:
-            commands = self.repeats.commands(commands, observation)
+        admissible = tuple(context.result.admissible_commands)
+        commands = admissible if self.repeats is None else self.repeats.commands(admissible, observation)
         while True:
             space = ActionSpace(commands, meta=context.mode is Mode.BPE) if spec.constrain_actions else None
             completion = await self.teacher.call(context.prompt.messages(), label, space)
@@ -80,7 +79,7 @@ class LLMSession:
             break
         text = completion.text
         if self.repeats is not None:
-            self.repeats.record(text, observation)
+            self.repeats.record(text, observation, admissible)
         if completion.refused:
             logger.warning("%s: refusal kept as an invalid turn", label)
             text = text or REFUSAL_TEXT

@@ -52,9 +52,8 @@ class ModelSession:
         tokenizer = self.policy.generator.tokenizer
         prompt_ids = tokenizer.apply_chat_template(context.prompt.messages(), add_generation_prompt=True,
                                                    tokenize=True, return_dict=True)["input_ids"]
-        observation, commands = context.result.observation, tuple(context.result.admissible_commands)
-        if self.repeats is not None:
-            commands = self.repeats.commands(commands, observation)
+        observation, admissible = context.result.observation, tuple(context.result.admissible_commands)
+        commands = admissible if self.repeats is None else self.repeats.commands(admissible, observation)
         constraint = ActionConstraint(tokenizer, ActionSpace(commands, meta=context.mode is Mode.BPE)) \
             if self.policy.constrain_actions else None
         completion_ids = await self.policy.generator.generate(prompt_ids, self.policy.sampling, constraint)
@@ -63,7 +62,7 @@ class ModelSession:
         self.turns.append(TurnTokens(list(prompt_ids), completion_ids, choices))
         text = tokenizer.decode(completion_ids, skip_special_tokens=True)
         if self.repeats is not None:
-            self.repeats.record(text, observation)
+            self.repeats.record(text, observation, admissible)
         return PolicyOutput(text, input_tokens=len(prompt_ids), output_tokens=len(completion_ids))
 
 

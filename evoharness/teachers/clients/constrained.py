@@ -38,22 +38,25 @@ class ActionSpace:
 
 @dataclass
 class RepeatGuard:
-    """One episode's environment commands by the environment observation they were issued at, to leave out of
-    the next turn's action space those that would repeat (the GRPO reward's repeat rule: the same command at the
-    same observation brings nothing new). When every admissible command would repeat, all stay allowed."""
+    """One episode's environment commands by the state they were issued in, to leave out of the next turn's action
+    space those that would repeat. A state is the environment's last observation *and* its admissible commands:
+    the observation alone ("You arrive at microwave 1. The microwave 1 is closed.") is the same before and after
+    the agent picked up what it came to put there, the commands are not ("move apple 1 to microwave 1"). When
+    every admissible command would repeat, all stay allowed."""
 
-    issued: set[tuple[str, str]] = field(default_factory=set)
+    issued: set[tuple[str, str, frozenset[str]]] = field(default_factory=set)
 
     def commands(self, admissible: tuple[str, ...], observation: str) -> tuple[str, ...]:
-        """The admissible commands not yet issued at ``observation`` (all of them if none is left)."""
-        fresh = tuple(c for c in admissible if (c, observation) not in self.issued)
+        """The admissible commands not yet issued in this state (all of them if none is left)."""
+        state = frozenset(admissible)
+        fresh = tuple(c for c in admissible if (c, observation, state) not in self.issued)
         return fresh or admissible
 
-    def record(self, completion: str, observation: str) -> None:
-        """Remember the environment command ``completion`` issued at ``observation`` (other turns are not kept)."""
+    def record(self, completion: str, observation: str, admissible: tuple[str, ...]) -> None:
+        """Remember the environment command ``completion`` issued in this state (other turns are not kept)."""
         turn = parse_turn(completion)
         if turn.kind is ActionKind.ENV:
-            self.issued.add((turn.action, observation))
+            self.issued.add((turn.action, observation, frozenset(admissible)))
 
 
 @dataclass
