@@ -34,7 +34,7 @@ class EvaluationRunConfig(dg.Config):
     constrain_actions: bool = Field(default=DEFAULTS["constrain_actions"], description="Decode actions "
                                     "constrained to the admissible commands and meta-actions.")
     avoid_repeats: bool = Field(default=DEFAULTS["avoid_repeats"], description="Also leave out environment "
-                                "commands already issued at the same observation (policy '<version>.no-repeat').")
+                                "commands already issued in the same state (policy '<version>.no-repeat').")
     engine: str | None = Field(default=DEFAULTS["engine"], description="textworld or fast (None: library "
                                "default).")
     serve_url: str | None = Field(default=DEFAULTS["serve_url"], description="OpenAI-compatible server serving "

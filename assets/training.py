@@ -150,7 +150,7 @@ class GRPORunConfig(dg.Config):
     forced_tokens_in_loss: bool | None = Field(default=None, description="Also score the tokens constrained "
                                                "decoding forced (None: the preset, off).")
     avoid_repeats: bool | None = Field(default=None, description="Rollouts leave out environment commands already "
-                                       "issued at the same observation (None: the preset, off).")
+                                       "issued in the same state (None: the preset, off).")
     per_device_train_batch_size: int | None = Field(default=None, description="Turn samples per forward pass.")
     save_steps: int | None = Field(default=None, description="Checkpoint every N steps (a rerun resumes).")
     vllm_server_url: str | None = Field(default=None, description="Generate rollouts on a `trl vllm-serve` server.")

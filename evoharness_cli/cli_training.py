@@ -128,8 +128,8 @@ def grpo_command(
     forced_tokens_in_loss: Annotated[bool, typer.Option(help="Also score the tokens constrained decoding forced "
                                                              "(the behaviour before 2026-12-02) [default: only "
                                                              "tokens that were a choice].")] = False,
-    avoid_repeats: Annotated[bool, typer.Option(help="Rollouts leave out environment commands already issued at "
-                                                     "the same observation (as `evaluate --avoid-repeats`).")] = False,
+    avoid_repeats: Annotated[bool, typer.Option(help="Rollouts leave out environment commands already issued in "
+                                                     "the same state (as `evaluate --avoid-repeats`).")] = False,
     per_device_train_batch_size: Annotated[int | None, typer.Option(help="Turn samples per forward pass "
                                                                          "[default: 8].")] = None,
     save_steps: Annotated[int | None, typer.Option(help="Checkpoint every N steps; a rerun resumes "
@@ -195,9 +195,9 @@ def evaluate_command(
     concurrency: Annotated[int, typer.Option(help="Episodes in flight (their turns generate as one batch).")] = 16,
     constrain_actions: Annotated[bool, typer.Option(help="Decode actions constrained to admissible commands and "
                                                          "meta-actions.")] = True,
-    avoid_repeats: Annotated[bool, typer.Option(help="Also leave out environment commands already issued at the "
-                                                     "same observation (episodes stored as the policy "
-                                                     "'<version>.no-repeat').")] = False,
+    avoid_repeats: Annotated[bool, typer.Option(help="Also leave out environment commands already issued in the "
+                                                     "same state: observation and admissible commands (episodes "
+                                                     "stored as the policy '<version>.no-repeat').")] = False,
     engine: Annotated[str | None, typer.Option(help="textworld or fast (default: the library default).")] = None,
     serve_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server serving the version (vllm serve, "
                                                        "SGLang, TGI), e.g. http://host:8000/v1 [default: play "

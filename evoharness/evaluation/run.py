@@ -38,8 +38,9 @@ class EvaluationConfig(BaseModel):
     constrain_actions: bool = Field(default=True, description="Decode actions constrained to the admissible "
                                     "commands and meta-actions (local students).")
     avoid_repeats: bool = Field(default=False, description=(
-        "Constrained decoding also leaves out the environment commands the episode already issued at the same "
-        "observation (a decoding rule, not the student: its episodes are the policy '<version>.no-repeat')."))
+        "Constrained decoding also leaves out the environment commands the episode already issued in the same state "
+        "(observation and admissible commands): a decoding rule over the same weights, whose episodes are the "
+        "policy '<version>.no-repeat'."))
     concurrency: int = Field(default=16, ge=1, description="Episodes in flight; their turns generate as one batch.")
     engine: str | None = None
     workers: int | None = None

@@ -73,8 +73,8 @@ class TeacherSpec(BaseModel):
     constrain_actions: bool = Field(default=False, description=(
         "local_hf: decode each action constrained to the admissible commands and meta-actions."))
     avoid_repeats: bool = Field(default=False, description=(
-        "With constrain_actions: also leave out the environment commands this episode already issued at the same "
-        "environment observation (while another one is admissible)."))
+        "With constrain_actions: also leave out the environment commands this episode already issued in the same "
+        "state, its observation and admissible commands (while another one is admissible)."))
     retry: RetryConfig = Field(default_factory=RetryConfig)
     distill_games: int | None = Field(default=DEFAULT_DISTILL_GAMES, ge=1, description=(
         "Train games a distillation run (sensor → distill_teacher job) collects on; None: every train game."))

@@ -69,7 +69,7 @@ class GRPOSettings(BaseModel):
         "a lr 3e-4 run). Runs before 2026-12-02 scored them."))
     avoid_repeats: bool = Field(default=False, description=(
         "Rollouts decode as `evaluate --avoid-repeats` plays: constrained decoding leaves out the environment "
-        "commands the episode already issued at the same observation (not with a vLLM server)."))
+        "commands the episode already issued in the same state (not with a vLLM server)."))
     bf16: bool = Field(default=False, description="bf16 mixed precision in the training passes (GPUs; CPUs with "
                        "bf16 units). Rollouts generate with the weights as stored.")
     gradient_checkpointing: bool = Field(default=True, description="Recompute activations in the backward pass "

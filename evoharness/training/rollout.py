@@ -73,7 +73,7 @@ class ModelPolicy:
     generator: BatchGenerator
     sampling: Sampling
     constrain_actions: bool = True
-    avoid_repeats: bool = False  # constrained decoding leaves out commands issued at the same observation before
+    avoid_repeats: bool = False  # constrained decoding leaves out commands already issued in the same state
     name: str = "grpo-rollout"
     needs_expert: bool = False
     sessions: dict[str, ModelSession] = field(default_factory=dict)
