@@ -24,18 +24,13 @@ from evoharness.teachers.registry import (
     registry_path,
 )
 from evoharness.teachers.retry import RetryConfig
-from evoharness_cli.cli_common import DbOption, console, fail, print_table
+from evoharness_cli.cli_common import DbOption, console, fail, print_table, validation_message
 from warehouse import Warehouse, default_db_path
 
 teacher_app = typer.Typer(help="Register and inspect teachers (teachers.yaml, mirrored in the warehouse).",
                           no_args_is_help=True)
 RegistryOption = Annotated[Path | None, typer.Option("--registry", help="Registry file (default: $EVOHARNESS_TEACHERS "
                                                         "or teachers.yaml).")]
-
-
-def validation_message(exc: ValidationError) -> str:
-    """Field and rule of each error, never the offending value (it might be a pasted key)."""
-    return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'entry'}: {err['msg']}" for err in exc.errors())
 
 
 @teacher_app.command("add")

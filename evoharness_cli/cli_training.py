@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 
 from evoharness.curation.relabelled import curate_relabelled
 from evoharness.evaluation.run import EVAL_SPLITS, EvaluationConfig, evaluate
@@ -31,7 +32,14 @@ from evoharness.training.relabel import LabelMode, RelabelConfig, collect_expert
 from evoharness.training.sft import SFTSettings
 from evoharness.training.tiny_student import STUDENT_PRESETS, TINY
 from evoharness.training.trainer_utils import LogCallback
-from evoharness_cli.cli_common import DbOption, console, print_table, progress_reporter, quiet_third_party
+from evoharness_cli.cli_common import (
+    DbOption,
+    console,
+    print_table,
+    progress_reporter,
+    quiet_third_party,
+    validation_message,
+)
 from warehouse import Warehouse, default_db_path
 
 
@@ -207,11 +215,13 @@ def evaluate_command(
     db: DbOption = None,
 ) -> None:
     """Play a model version on the evaluation splits (resumable) and print it beside its teacher."""
-    config = EvaluationConfig(model_version=model_version, splits=tuple(split or EVAL_SPLITS), limit=limit,
-                              mode=mode, max_steps=max_steps, max_tokens=max_tokens, concurrency=concurrency,
-                              engine=engine, constrain_actions=constrain_actions, avoid_repeats=avoid_repeats,
-                              serve_url=serve_url,
-                              served_model=served_model)
+    try:
+        config = EvaluationConfig(model_version=model_version, splits=tuple(split or EVAL_SPLITS), limit=limit,
+                                  mode=mode, max_steps=max_steps, max_tokens=max_tokens, concurrency=concurrency,
+                                  engine=engine, constrain_actions=constrain_actions, avoid_repeats=avoid_repeats,
+                                  serve_url=serve_url, served_model=served_model)
+    except ValidationError as exc:
+        raise typer.BadParameter(validation_message(exc)) from None
     quiet_third_party()
     with Warehouse(db or default_db_path()) as wh, progress_reporter(f"{config.policy} evaluation") as update:
 

@@ -62,6 +62,8 @@ def test_a_decoding_without_repeats_is_its_own_policy_of_the_same_version(curate
     assert stored == [(version.model_version, version.model_version, 2), (name, version.model_version, 2)]
     assert guarded.success_rate("valid_seen") == 0.0 and greedy.success_rate("valid_seen") == 0.0
     assert {row[0] for row in guarded.rows} == {name}  # its own rows (no teacher evaluated at this budget)
+    with pytest.raises(ValueError, match="constrained decoding in this process"):  # a server samples freely
+        EvaluationConfig(model_version=version.model_version, avoid_repeats=True, serve_url="http://127.0.0.1:8000/v1")
 
 
 def test_unknown_model_version_is_a_clear_error(curated_db: Path) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from evoharness.agents.records import EpisodeRecord
 from evoharness.collection import CollectionConfig, CollectionResult, collect
@@ -51,6 +51,13 @@ class EvaluationConfig(BaseModel):
     served_model: str | None = Field(default=None, description=(
         "The model name on that server (None: the model version id; `vllm serve PATH --served-model-name ID`)."))
     api_key_env: str | None = Field(default=None, description="Env var holding the server's key, if it needs one.")
+
+    @model_validator(mode="after")
+    def _repeats_need_local_constraints(self) -> EvaluationConfig:
+        if self.avoid_repeats and (self.serve_url is not None or not self.constrain_actions):
+            raise ValueError("avoid_repeats works through constrained decoding in this process: it needs "
+                             "constrain_actions and no serve_url")
+        return self
 
     @property
     def policy(self) -> str:
