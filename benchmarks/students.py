@@ -1,7 +1,9 @@
 """The student results of issue #9: BPE SFT (the ``small`` preset: 4 epochs on the student rendering), GRPO from
 it, DAgger from it (the student plays train games, the expert labels its states, training goes on from its weights
 on its dataset plus those labels), and a ReAct SFT student trained on as many tokens as the BPE one (equal compute),
-each played greedily on the full valid_seen (140) and valid_unseen (134) splits with a 70-step budget.
+each played greedily on the full valid_seen (140) and valid_unseen (134) splits with a 70-step budget; the
+no-repeat stage also plays the BPE student and its newest child greedily without repeats (``--avoid-repeats``:
+never the same command in the same state), each its own run ``<version>.no-repeat``.
 
     ALFWORLD_DATA=../shared/alfworld EVOHARNESS_DB=.evoharness/students.duckdb python benchmarks/students.py
 
