@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from evoharness.evaluation.run import NO_REPEAT_SUFFIX
+from evoharness.training.reward import RewardConfig
 from evoharness.training.sft import SFTSettings
 from warehouse import Warehouse
 
@@ -106,10 +107,13 @@ def grpo_curve(row: dict) -> dict:
 def grpo_command(parent: str, settings: dict) -> list[str]:
     """The `evoharness grpo` command that trains a GRPO version with these stored settings."""
     flags = [part for flag, key in GRPO_FLAGS.items() for part in (flag, str(settings[key]))]
-    call_cost = settings["reward"]["call_cost"]
+    call_cost, repeat_cap = settings["reward"]["call_cost"], settings["reward"]["repeat_cap"]
     forced = settings.get("forced_tokens_in_loss", True)  # runs before the setting scored every token
     return ["evoharness", "grpo", "--parent-version", parent, *flags,
-            *(["--call-cost", str(call_cost)] if call_cost else []), *(["--forced-tokens-in-loss"] if forced else [])]
+            *(["--call-cost", str(call_cost)] if call_cost else []),
+            *(["--repeat-cap", str(repeat_cap)] if repeat_cap != RewardConfig().repeat_cap else []),
+            *(["--avoid-repeats"] if settings.get("avoid_repeats") else []),
+            *(["--forced-tokens-in-loss"] if forced else [])]
 
 
 def no_repeat_command(version: str) -> list[str]:
