@@ -264,3 +264,15 @@ def test_grpo_resumes_after_a_kill_and_ends_with_the_same_model(tiny_grpo, tmp_p
         Path(straight.model_dir) / "model.safetensors")
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=1e-5, atol=1e-6)
+
+
+def test_a_switch_added_later_leaves_the_ids_of_earlier_versions_alone() -> None:
+    """``avoid_repeats`` off is left out of the id: the GRPO version trained before it existed (students.json's
+    expert-grpo-fa47c632d8de) keeps its id for the same command; on, it is another training."""
+    from evoharness.training.model_versions import version_id
+
+    settings = GRPOSettings.for_base("small", max_steps=28, games_per_step=4, num_generations=4, learning_rate=1e-4,
+                                     save_steps=4)
+    assert version_id("expert", "grpo", "expert-sft-29dcf9a1cd6c", settings) == "expert-grpo-fa47c632d8de"
+    guarded = settings.model_copy(update={"avoid_repeats": True})
+    assert version_id("expert", "grpo", "expert-sft-29dcf9a1cd6c", guarded) != "expert-grpo-fa47c632d8de"

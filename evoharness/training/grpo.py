@@ -95,6 +95,8 @@ class GRPOSettings(BaseModel):
     OPERATIONAL: ClassVar[frozenset[str]] = frozenset({"per_device_train_batch_size", "save_steps",
                                                        "vllm_server_url"})
     """Fields that change how a run executes, not what it trains: not part of a model version's id."""
+    ID_OMITTED_WHEN_OFF: ClassVar[frozenset[str]] = frozenset({"avoid_repeats"})
+    """Switches added after versions were trained: left out of the id while off, so those versions keep theirs."""
 
     @classmethod
     def for_base(cls, base_model: str, call_cost: float | None = None, diversity_max: float | None = None,

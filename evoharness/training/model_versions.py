@@ -55,9 +55,12 @@ METRICS_ONLY_SETTINGS = frozenset({"decision_turns"})
 
 def version_id(teacher: str, stage: str, source: str, settings: SFTSettings | GRPOSettings) -> str:
     """What determines the training, hashed: settings that only change what is measured, and operational ones
-    (checkpointing, micro-batch size, the generation server), are left out, so they never make a new version."""
+    (checkpointing, micro-batch size, the generation server), are left out, so they never make a new version; so
+    are switches added later while they are off (``ID_OMITTED_WHEN_OFF``), so versions trained before keep their id."""
     operational: frozenset[str] = getattr(settings, "OPERATIONAL", frozenset())
-    payload = json.dumps([source, settings.model_dump(mode="json", exclude=set(METRICS_ONLY_SETTINGS) | operational)],
+    later = {name for name in getattr(settings, "ID_OMITTED_WHEN_OFF", frozenset()) if not getattr(settings, name)}
+    payload = json.dumps([source, settings.model_dump(mode="json",
+                                                      exclude=set(METRICS_ONLY_SETTINGS) | operational | later)],
                          sort_keys=True)
     return f"{teacher}-{stage}-{hashlib.sha256(payload.encode()).hexdigest()[:12]}"
 
