@@ -99,8 +99,6 @@ def test_a_student_avoiding_repeats_never_repeats_a_command_in_a_state(tmp_path:
                                                                               avoid_repeats: bool) -> None:
     """An untrained model decoded greedily loops; with avoid_repeats it never issues a command twice in one state
     (observation and admissible commands, checked by replaying its commands)."""
-    import os
-
     from evoharness.collection import CollectionConfig, collect
     from evoharness.envs.alfworld import GameCatalog
     from evoharness.harness.prompts import Mode
@@ -109,7 +107,6 @@ def test_a_student_avoiding_repeats_never_repeats_a_command_in_a_state(tmp_path:
     from evoharness.testing.teachers import write_registry
     from warehouse import Warehouse
 
-    os.environ.setdefault("ALFWORLD_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "alfworld"))
     spec = TeacherSpec(name="tiny-guarded", provider=Provider.LOCAL_HF, model=str(build_tiny_qwen3(tmp_path / "m")),
                        price_in=0.0, price_out=0.0, max_tokens=256, mode=Mode.REACT, constrain_actions=True,
                        avoid_repeats=avoid_repeats)
