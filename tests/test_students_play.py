@@ -63,9 +63,16 @@ train_sft(sys.argv[1], sys.argv[2], settings)
 
 
 def _train(dataset: str, output: Path) -> subprocess.Popen[bytes]:
+    """A training child process; its stderr goes to ``<output>.log`` (appended), for :func:`_finished`."""
     env = os.environ | {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-c", RESUMABLE_RUN, dataset, str(output)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(f"{output}.log", "ab") as log:
+        return subprocess.Popen([sys.executable, "-c", RESUMABLE_RUN, dataset, str(output)], env=env,
+                                stdout=subprocess.DEVNULL, stderr=log)
+
+
+def _finished(run: subprocess.Popen[bytes], output: Path) -> None:
+    """Wait for ``run``; if it failed, the assertion shows the end of its stderr."""
+    assert run.wait(timeout=600) == 0, Path(f"{output}.log").read_text()[-4000:]
 
 
 def test_sft_killed_mid_run_resumes_to_the_same_model(curated: tuple[Path, str], tmp_path: Path) -> None:
@@ -73,7 +80,7 @@ def test_sft_killed_mid_run_resumes_to_the_same_model(curated: tuple[Path, str],
     from transformers import AutoModelForCausalLM
 
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
-    assert _train(curated[1], straight).wait(timeout=600) == 0
+    _finished(_train(curated[1], straight), straight)
     run = _train(curated[1], interrupted)
     deadline = time.monotonic() + 600
     while not (interrupted / "checkpoints" / "checkpoint-2").is_dir():
@@ -82,7 +89,7 @@ def test_sft_killed_mid_run_resumes_to_the_same_model(curated: tuple[Path, str],
     run.send_signal(signal.SIGKILL)
     run.wait()
     assert not (interrupted / "model").exists()
-    assert _train(curated[1], interrupted).wait(timeout=600) == 0  # resumes from the last checkpoint
+    _finished(_train(curated[1], interrupted), interrupted)  # resumes from the last complete checkpoint
     a = AutoModelForCausalLM.from_pretrained(straight / "model").state_dict()
     b = AutoModelForCausalLM.from_pretrained(interrupted / "model").state_dict()
     assert all(torch.allclose(a[name], b[name], atol=1e-5) for name in a)

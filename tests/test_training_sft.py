@@ -170,3 +170,16 @@ def test_processes_building_the_same_base_end_with_one_whole_folder(tmp_path: Pa
     assert built == [str(folder)] * 3
     assert [p.name for p in tmp_path.iterdir()] == ["base"]
     assert AutoModelForCausalLM.from_pretrained(folder).num_parameters() > 0
+
+
+def test_a_checkpoint_cut_short_by_a_kill_is_not_resumed_from(tmp_path: Path) -> None:
+    """A kill while the Trainer saves leaves ``trainer_state.json`` absent, or empty when it lands between opening
+    and writing the file: resuming picks the newest checkpoint whose state was written whole."""
+    from evoharness.training.trainer_utils import newest_checkpoint
+
+    for step, state in [(2, '{"global_step": 2}'), (4, '{"global_step": 4}'), (6, ""), (8, None)]:
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        if state is not None:
+            (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(state)
+    assert newest_checkpoint(tmp_path) == str(tmp_path / "checkpoint-4")
+    assert newest_checkpoint(tmp_path / "absent") is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,14 @@ def save_trained(trainer: Any, tokenizer: Any, model_dir: Path, merged_lora: boo
 
 def newest_checkpoint(folder: Path) -> str | None:
     """The newest complete ``checkpoint-N`` in ``folder``, or None. The Trainer writes ``trainer_state.json``
-    last, so a run killed while saving leaves a checkpoint without it, which is skipped."""
-    done = [c for c in folder.glob("checkpoint-*") if (c / "trainer_state.json").is_file()]
+    last, so a run killed while saving leaves a checkpoint without it, or with it empty (killed between opening
+    and writing it): either is skipped."""
+    done = [c for c in folder.glob("checkpoint-*") if _saved_state(c / "trainer_state.json")]
     return str(max(done, key=lambda c: int(c.name.rsplit("-", 1)[1]))) if done else None
+
+
+def _saved_state(path: Path) -> bool:
+    try:
+        return "global_step" in json.loads(path.read_text())
+    except (OSError, ValueError):  # absent, unreadable, or cut short by the kill
+        return False
