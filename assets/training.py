@@ -13,6 +13,7 @@ from pydantic import Field
 from assets.lineage import ASSET_CODE_VERSION, id_metadata, required_upstream
 from evoharness.reporting.charts import line_chart_png, markdown_image, markdown_table
 from evoharness.reporting.training_curves import grpo_curve_table, grpo_curves_png
+from evoharness.training.curriculum import with_curriculum
 from evoharness.training.grpo import GRPOSettings
 from evoharness.training.model_versions import (
     ModelVersion,
@@ -134,6 +135,8 @@ class GRPORunConfig(dg.Config):
     games_per_step: int | None = Field(default=None, description="Train games per optimizer step.")
     num_generations: int | None = Field(default=None, description="Episodes per game (the group).")
     games_limit: int | None = Field(default=None, description="Train games to draw from (None: all).")
+    curriculum_from: str | None = Field(default=None, description="Draw only the train games this policy played at "
+                                        "the episode budget and never won (replaces games_limit).")
     epochs: float | None = None
     max_steps: int | None = Field(default=None, description="Stop after this many optimizer steps.")
     learning_rate: float | None = None
@@ -176,7 +179,10 @@ def grpo_student(context: dg.AssetExecutionContext, config: GRPORunConfig, alfwo
     parent = required_upstream(context, "sft_student", "model_version", config.parent_version)
     with warehouse.open() as wh:
         base = wh.scalar("SELECT base_model FROM model_versions WHERE model_version = ?", [parent])
-        settings = GRPOSettings.for_base(base, **config.model_dump(exclude={"parent_version", "engine"}))
+        settings = GRPOSettings.for_base(base, **config.model_dump(exclude={"parent_version", "engine",
+                                                                          "curriculum_from"}))
+        if config.curriculum_from is not None:
+            settings = with_curriculum(wh, settings, config.curriculum_from)
         planned = plan_grpo_version(wh, parent, settings, students.models_root(wh), context.run.run_id,
                                     data_root=alfworld.root(), engine=config.engine)
     version = trained(context, warehouse, training, pipes_client, planned)

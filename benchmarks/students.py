@@ -9,7 +9,9 @@ never the same command in the same state), each its own run ``<version>.no-repea
 
 Every stage is an ``evoharness`` command run in order (printed and recorded with its result); each is
 resumable (data and model versions are reused, evaluations keep finished episodes), so rerunning the script
-continues where it stopped. ``--stages`` picks the stages to run; results go to benchmarks/results/students.json.
+continues where it stopped. ``--stages`` picks the stages to run; ``--sft-epochs`` trains the SFT students for fewer
+passes (a cheaper parent for GRPO). Results go to benchmarks/results/students.json; runs of versions an earlier
+warehouse held stay in it.
 """
 
 from __future__ import annotations
@@ -44,12 +46,14 @@ DATA = [
 SFT_BPE = ["evoharness", "sft", "--teacher", "expert", "--base-model", "small"]
 
 
-def sft_command(db: str, view: str) -> list[str]:
-    """The BPE student on the preset; the ReAct student on the preset for as many input tokens as the BPE one saw."""
+def sft_command(db: str, view: str, epochs: float | None = None) -> list[str]:
+    """The BPE student on the preset (or ``epochs`` passes); the ReAct student on the preset for as many input
+    tokens as the BPE one saw."""
+    bpe_command = [*SFT_BPE, *(["--epochs", f"{epochs:g}"] if epochs is not None else [])]
     if view == "bpe":
-        return SFT_BPE
-    bpe = next(row for row in reversed(versions(db)) if row["model_version"] == sft_version(db, "bpe"))
-    return [*SFT_BPE, "--view", "react", "--max-tokens", str(bpe["tokens_seen"])]
+        return bpe_command
+    bpe = next(row for row in reversed(versions(db)) if row["model_version"] == sft_version(db, "bpe", epochs))
+    return [*bpe_command, "--view", "react", "--max-tokens", str(bpe["tokens_seen"])]
 
 
 def run(command: list[str]) -> None:
@@ -69,13 +73,14 @@ def versions(db: str) -> list[dict]:
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
-def sft_version(db: str, view: str) -> str:
-    """The newest SFT version of ``view`` trained from scratch on the preset's prompt set and epochs."""
+def sft_version(db: str, view: str, epochs: float | None = None) -> str:
+    """The newest SFT version of ``view`` trained from scratch on the preset's prompt set and epochs (or
+    ``epochs``)."""
     preset = SFTSettings.local_student("small", view=view)
     for row in reversed(versions(db)):
         settings = json.loads(row["settings"])
         if row["stage"] == "sft" and row["parent_version"] is None and settings["view"] == view \
-                and settings["prompt_set"] == preset.prompt_set and settings["epochs"] == preset.epochs \
+                and settings["prompt_set"] == preset.prompt_set and settings["epochs"] == (epochs or preset.epochs) \
                 and (view == "react" or settings["max_steps"] is None):
             return str(row["model_version"])
     raise LookupError(f"no {view} SFT version on the small preset: run the sft stage")
@@ -132,8 +137,11 @@ def dagger_commands(db: str, parent: str, settings: dict) -> list[list[str]]:
 
 
 def write_results(db: str, commands: dict[str, list[list[str]]]) -> None:
-    """One run per model version played greedily, and one more per version also played without repeats."""
-    runs = []
+    """One run per model version played greedily, and one more per version also played without repeats. Runs
+    already in the file from versions this warehouse does not hold (an earlier warehouse's) are kept."""
+    held = {row["model_version"] for row in versions(db)}
+    earlier = json.loads(RESULTS.read_text())["runs"] if RESULTS.is_file() else []
+    runs = [r for r in earlier if r.get("model_version", r["name"]) not in held]
     for row in versions(db):
         settings = json.loads(row["settings"])
         name = row["model_version"]
@@ -159,6 +167,8 @@ def main() -> None:
     parser.add_argument("--stages", nargs="+", default=stages, choices=stages)
     parser.add_argument("--views", nargs="+", default=["bpe", "react"], choices=["bpe", "react"],
                         help="the students the sft and evaluate stages train and play (react needs the bpe one)")
+    parser.add_argument("--sft-epochs", type=float, default=None,
+                        help="passes of the SFT students over the train split [default: the small preset's]")
     args = parser.parse_args()
     db = os.environ.get("EVOHARNESS_DB", ".evoharness/warehouse.duckdb")
     if "data" in args.stages:
@@ -166,19 +176,20 @@ def main() -> None:
             run(command)
     if "sft" in args.stages:
         for view in args.views:
-            run(sft_command(db, view))
+            run(sft_command(db, view, args.sft_epochs))
     commands: dict[str, list[list[str]]] = {}
     students: dict[str, str] = {}
     if {"evaluate", "grpo", "dagger", "no-repeat", "results"} & set(args.stages):
         for view in ("bpe", "react"):
             try:
-                students[view] = sft_version(db, view)
+                students[view] = sft_version(db, view, args.sft_epochs)
             except LookupError:
                 if view in args.views and {"evaluate", "grpo", "dagger", "no-repeat"} & set(args.stages):
                     raise  # the results stage writes what exists
 
     for view, version in students.items():
-        commands[version] = [*DATA, sft_command(db, view), ["evoharness", "evaluate", "--model-version", version]]
+        commands[version] = [*DATA, sft_command(db, view, args.sft_epochs),
+                             ["evoharness", "evaluate", "--model-version", version]]
     if "evaluate" in args.stages:
         for view in args.views:
             run(["evoharness", "evaluate", "--model-version", students[view]])

@@ -15,6 +15,7 @@ from evoharness.curation.relabelled import curate_relabelled
 from evoharness.evaluation.run import EVAL_SPLITS, EvaluationConfig, evaluate
 from evoharness.harness.prompts import Mode
 from evoharness.lineage import new_run_id
+from evoharness.training.curriculum import with_curriculum
 from evoharness.training.grpo import GRPOSettings
 from evoharness.training.model_versions import (
     ModelVersion,
@@ -120,6 +121,9 @@ def grpo_command(
     games_per_step: Annotated[int | None, typer.Option(help="Train games per optimizer step.")] = None,
     num_generations: Annotated[int | None, typer.Option(help="Episodes per game (the GRPO group).")] = None,
     games_limit: Annotated[int | None, typer.Option(help="Train games to draw from [default: all].")] = None,
+    curriculum_from: Annotated[str | None, typer.Option(help="Draw only the train games this policy (a model version, "
+                                                        "or '<version>.no-repeat') played at the episode budget "
+                                                        "and never won; replaces --games-limit.")] = None,
     max_steps: Annotated[int | None, typer.Option(help="Stop after this many optimizer steps.")] = None,
     learning_rate: Annotated[float | None, typer.Option(help="[default: preset]")] = None,
     episode_steps: Annotated[int | None, typer.Option(help="Step budget per episode.")] = None,
@@ -162,6 +166,11 @@ def grpo_command(
                                          avoid_repeats=avoid_repeats or None,
                                          per_device_train_batch_size=per_device_train_batch_size,
                                          save_steps=save_steps, vllm_server_url=vllm_server_url)
+        if curriculum_from is not None:
+            try:
+                settings = with_curriculum(wh, settings, curriculum_from)
+            except LookupError as exc:
+                raise typer.BadParameter(str(exc), param_hint="--curriculum-from") from exc
         root = models_dir or str(wh.path.parent / "models")
         if launch is not None:
             version = launched(wh, plan_grpo_version(wh, parent, settings, root, new_run_id()), launch)

@@ -46,6 +46,11 @@ class GRPOSettings(BaseModel):
     games_per_step: int = Field(default=16, ge=1)
     num_generations: int = Field(default=8, ge=2, description="Episodes per game: the GRPO group.")
     games_limit: int | None = Field(default=None, ge=1, description="Train games to draw from (None: all).")
+    games: list[str] | None = Field(default=None, min_length=1, description=(
+        "Draw only these train games, by id (a curriculum: see curriculum.lost_train_games); None: the catalog's "
+        "first games_limit."))
+    games_from: str | None = Field(default=None, description="Where ``games`` came from, for lineage (e.g. the "
+                                   "policy whose lost train games they are).")
     epochs: float = Field(default=150, gt=0, description="Passes over the training games.")
     max_steps: int | None = Field(default=None, ge=1, description="Stop after this many optimizer steps.")
     learning_rate: float = Field(default=1e-6, gt=0)
@@ -90,12 +95,14 @@ class GRPOSettings(BaseModel):
     def _repeats_need_constraints(self) -> GRPOSettings:
         if self.avoid_repeats and self.vllm_server_url is not None:
             raise ValueError("avoid_repeats works through constrained decoding, which a vLLM server does not apply")
+        if self.games is not None and self.games_limit is not None:
+            raise ValueError("games names the train games to draw; games_limit takes the catalog's first N: give one")
         return self
 
     OPERATIONAL: ClassVar[frozenset[str]] = frozenset({"per_device_train_batch_size", "save_steps",
                                                        "vllm_server_url"})
     """Fields that change how a run executes, not what it trains: not part of a model version's id."""
-    ID_OMITTED_WHEN_OFF: ClassVar[frozenset[str]] = frozenset({"avoid_repeats"})
+    ID_OMITTED_WHEN_OFF: ClassVar[frozenset[str]] = frozenset({"avoid_repeats", "games", "games_from"})
     """Switches added after versions were trained: left out of the id while off, so those versions keep theirs."""
 
     @classmethod
@@ -456,8 +463,16 @@ def loss_mask(batch: dict[str, Any]) -> Any:
 
 
 def training_games(settings: GRPOSettings, data_root: str | None = None) -> list[str]:
-    """The train-split games GRPO draws from (evaluation splits are never used for training)."""
-    return [g.game_id for g in GameCatalog(data_root).games("train", settings.games_limit)]
+    """The train-split games GRPO draws from: ``settings.games`` or the catalog's first ``games_limit``. Evaluation
+    splits are never used for training: a named game that is not a train game is refused."""
+    train = [g.game_id for g in GameCatalog(data_root).games("train")]
+    if settings.games is None:
+        return train[:settings.games_limit]
+    outside = sorted(set(settings.games) - set(train))
+    if outside:
+        raise ValueError(f"GRPO trains on train games only; {len(outside)} of settings.games are not train games "
+                         f"under this data root, e.g. {outside[0]!r}")
+    return list(settings.games)
 
 
 def train_grpo(model_path: str, output_dir: str | Path, settings: GRPOSettings, *,
