@@ -7,6 +7,7 @@ from pydantic import Field
 
 from assets.lineage import ASSET_CODE_VERSION, collection_lineage, id_metadata
 from assets.training import grpo_curves
+from evoharness.evaluation.compare import PairedOutcome, paired_outcomes
 from evoharness.evaluation.run import EvaluationConfig, evaluate
 from evoharness.harness.prompts import Mode
 from evoharness.reporting.charts import bar_chart_png, markdown_image, markdown_table
@@ -72,6 +73,9 @@ def student_evaluation(context: dg.AssetExecutionContext, config: EvaluationRunC
         trained = wh.con.execute("SELECT teacher, stage, dataset_id, parent_version FROM model_versions "
                                  "WHERE model_version = ?", [context.partition_key]).fetchone()
         version = stored_version(wh, context.partition_key)
+        parent = trained[3] if trained else None
+        against_parent = paired_outcomes(wh, result.policy, evaluation.model_copy(update={"model_version": parent})
+                                         .policy, config.max_steps) if parent else []
     index = {c: i for i, c in enumerate(result.columns)}
     student_rows = [r for r in result.rows
                     if r[index["policy"]] == result.policy and r[index["task_type"]] != "ALL"]
@@ -85,6 +89,12 @@ def student_evaluation(context: dg.AssetExecutionContext, config: EvaluationRunC
         rate = result.success_rate(split)
         if rate is not None:
             metadata[f"success_rate_{split}"] = dg.MetadataValue.float(rate)
+    if against_parent:  # the same decoding of the parent, game by game: does the child win games the parent lost?
+        metadata["against_parent"] = dg.MetadataValue.md(markdown_table(
+            list(PairedOutcome.COLUMNS), [o.row() for o in against_parent]))
+        for outcome in against_parent:
+            metadata[f"gain_over_parent_{outcome.split}"] = dg.MetadataValue.float(outcome.success_gain)
+            metadata[f"p_against_parent_{outcome.split}"] = dg.MetadataValue.float(outcome.p_value)
     if student_rows:
         chart = bar_chart_png([f"{r[index['split']]}/{r[index['task_type']]}" for r in student_rows],
                               [float(r[index["success_rate"]]) for r in student_rows],

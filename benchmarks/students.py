@@ -23,6 +23,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from evoharness.evaluation.compare import paired_outcomes
 from evoharness.evaluation.run import NO_REPEAT_SUFFIX
 from evoharness.training.reward import RewardConfig
 from evoharness.training.sft import SFTSettings
@@ -98,6 +99,16 @@ def evaluation(db: str, policy: str) -> dict[str, dict[str, float]]:
             for split, n, success, steps, calls, repeats, repeats_lost in rows}
 
 
+def against_parent(db: str, policy: str, parent_policy: str) -> dict:
+    """``policy`` against its parent played the same way, game by game per split (only-child / only-parent wins,
+    exact McNemar p); empty when they share no game."""
+    with Warehouse(db, read_only=True) as wh:
+        outcomes = paired_outcomes(wh, policy, parent_policy)
+    return {"against_parent": {o.split: {"games": o.games, "only_child": o.only_policy,
+                                         "only_parent": o.only_baseline, "p_mcnemar": round(o.p_value, 4)}
+                               for o in outcomes}} if outcomes else {}
+
+
 def grpo_curve(row: dict) -> dict:
     """The GRPO run's per-step curve (success, harness calls per episode, reward terms), also drawn as a PNG."""
     from evoharness.reporting.charts import save_png
@@ -115,10 +126,23 @@ def grpo_command(parent: str, settings: dict) -> list[str]:
     call_cost, repeat_cap = settings["reward"]["call_cost"], settings["reward"]["repeat_cap"]
     forced = settings.get("forced_tokens_in_loss", True)  # runs before the setting scored every token
     return ["evoharness", "grpo", "--parent-version", parent, *flags,
+            *(["--games-limit", str(settings["games_limit"])] if settings.get("games_limit") else []),
+            *(["--curriculum-from", settings["games_from"]] if settings.get("games_from") else []),
             *(["--call-cost", str(call_cost)] if call_cost else []),
             *(["--repeat-cap", str(repeat_cap)] if repeat_cap != RewardConfig().repeat_cap else []),
             *(["--avoid-repeats"] if settings.get("avoid_repeats") else []),
             *(["--forced-tokens-in-loss"] if forced else [])]
+
+
+def curriculum_commands(db: str, settings: dict) -> list[list[str]]:
+    """The evaluation on train games whose lost games a curriculum GRPO run drew (none without a curriculum)."""
+    policy = settings.get("games_from")
+    if not policy:
+        return []
+    with Warehouse(db, read_only=True) as wh:
+        played = wh.scalar("SELECT count(DISTINCT game_id) FROM episodes WHERE teacher = ? AND split = 'train' "
+                           "AND max_steps = ?", [policy, settings["episode_steps"]])
+    return [["evoharness", "evaluate", "--model-version", policy, "--split", "train", "--limit", str(played)]]
 
 
 def no_repeat_command(version: str) -> list[str]:
@@ -151,11 +175,13 @@ def write_results(db: str, commands: dict[str, list[list[str]]]) -> None:
         run = {"name": name, "model_version": name, "decoding": "greedy", "stage": stage, "mode": view,
                "parameters": row["parameters"], "parent_version": row["parent_version"],
                "train_seconds": round(row["seconds"], 1), "tokens_seen": row["tokens_seen"]}
-        runs.append(run | evaluation(db, name) | (grpo_curve(row) if row["stage"] == "grpo" else {}) |
-                    {"command": made})
+        parent = row["parent_version"]
+        runs.append(run | evaluation(db, name) | (against_parent(db, name, parent) if parent else {}) |
+                    (grpo_curve(row) if row["stage"] == "grpo" else {}) | {"command": made})
         no_repeat = evaluation(db, name + NO_REPEAT_SUFFIX)
         if no_repeat:
             runs.append(run | {"name": name + NO_REPEAT_SUFFIX, "decoding": "greedy, no repeats"} | no_repeat |
+                        (against_parent(db, name + NO_REPEAT_SUFFIX, parent + NO_REPEAT_SUFFIX) if parent else {}) |
                         {"command": [*made[:-1], " ".join(no_repeat_command(name))]})
     RESULTS.write_text(json.dumps({"command": "python benchmarks/students.py", "runs": runs}, indent=1) + "\n")
     print(f"wrote {RESULTS}")
@@ -206,8 +232,8 @@ def main() -> None:
         if {"grpo", "dagger"} & set(args.stages) and child is children[-1]:
             run(evaluate_child)
         settings = json.loads(child["settings"])
-        made = [grpo_command(students["bpe"], settings)] if child["stage"] == "grpo" else \
-            dagger_commands(db, students["bpe"], settings)
+        made = [*curriculum_commands(db, settings), grpo_command(students["bpe"], settings)] \
+            if child["stage"] == "grpo" else dagger_commands(db, students["bpe"], settings)
         commands[child["model_version"]] = [*commands[students["bpe"]][:-1], *made, evaluate_child]
     if "no-repeat" in args.stages:  # the BPE student and its newest child, each played without repeats
         for version in [students["bpe"], *[c["model_version"] for c in children[-1:]]]:

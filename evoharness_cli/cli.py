@@ -29,7 +29,13 @@ from evoharness_cli.cli_common import (
 )
 from evoharness_cli.cli_data import register as register_data_commands
 from evoharness_cli.cli_teachers import teacher_app
-from evoharness_cli.cli_training import evaluate_command, grpo_command, relabel_command, sft_command
+from evoharness_cli.cli_training import (
+    compare_command,
+    evaluate_command,
+    grpo_command,
+    relabel_command,
+    sft_command,
+)
 from warehouse import Warehouse, default_db_path
 
 app = typer.Typer(help="EvoHarness-RL distillation pipeline: teachers → warehouse → student.", no_args_is_help=True,
@@ -208,6 +214,7 @@ app.command("sft")(sft_command)
 app.command("grpo")(grpo_command)
 app.command("evaluate")(evaluate_command)
 app.command("relabel")(relabel_command)
+app.command("compare")(compare_command)
 
 if __name__ == "__main__":
     app()

@@ -12,6 +12,7 @@ import typer
 from pydantic import ValidationError
 
 from evoharness.curation.relabelled import curate_relabelled
+from evoharness.evaluation.compare import PairedOutcome, paired_outcomes
 from evoharness.evaluation.run import EVAL_SPLITS, EvaluationConfig, evaluate
 from evoharness.harness.prompts import Mode
 from evoharness.lineage import new_run_id
@@ -242,6 +243,23 @@ def evaluate_command(
         except LookupError as exc:
             raise typer.BadParameter(str(exc)) from exc
     print_table(f"{result.policy} ({result.mode.value}) beside its teacher", result.columns, result.rows)
+
+
+def compare_command(
+    policy: Annotated[str, typer.Argument(help="A policy: a model version, '<version>.no-repeat', a teacher.")],
+    baseline: Annotated[str, typer.Argument(help="The policy it is compared with (e.g. its parent version).")],
+    max_steps: Annotated[int, typer.Option(help="Step budget both played at.")] = 70,
+    db: DbOption = None,
+) -> None:
+    """Two policies game by game on the games both played: how many only one of them won, the success gain and
+    the exact McNemar p of that split."""
+    with Warehouse(db or default_db_path(), read_only=True) as wh:
+        outcomes = paired_outcomes(wh, policy, baseline, max_steps)
+    if not outcomes:
+        raise typer.BadParameter(f"{policy!r} and {baseline!r} played no game to the end at {max_steps} steps in "
+                                 f"common (see `evoharness evaluate`)")
+    print_table(f"{policy} against {baseline} ({max_steps} steps), game by game", list(PairedOutcome.COLUMNS),
+                [o.row() for o in outcomes])
 
 
 def relabel_command(

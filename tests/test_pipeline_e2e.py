@@ -41,10 +41,17 @@ def test_teacher_to_evaluated_students(tmp_path: Path, alfworld_data: Path, monk
         requests = new_model_version_sensor(tick).run_requests
         assert len(requests) == 2
         evaluation = defs.resolve_job_def("evaluate_student")
-        for request in requests:
+        metadata = {}
+        for request in sorted(requests, key=lambda r: "-sft-" not in r.partition_key):  # the parent first
             config = {"ops": {"student_evaluation": {"config": {"limit": 1, "max_steps": 6, "max_tokens": 48}}}}
-            assert evaluation.execute_in_process(run_config=config, instance=instance,
-                                                 partition_key=request.partition_key).success
+            played = evaluation.execute_in_process(run_config=config, instance=instance,
+                                                   partition_key=request.partition_key)
+            assert played.success
+            [event] = played.get_asset_materialization_events()
+            metadata[request.partition_key.split("-")[1]] = event.materialization.metadata
+        assert "against_parent" not in metadata["sft"]  # trained from scratch: no parent to play against
+        assert "| valid_unseen | 1 |" in metadata["grpo"]["against_parent"].value  # the same game, game by game
+        assert 0 <= metadata["grpo"]["p_against_parent_valid_unseen"].value <= 1
     with duckdb.connect(str(db), read_only=True) as con:
         stages = con.execute("SELECT stage, count(*) FROM model_versions GROUP BY 1 ORDER BY 1").fetchall()
         evaluated = con.execute("SELECT count(DISTINCT policy), count(*) FROM policy_evaluation "
