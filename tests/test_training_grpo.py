@@ -3,6 +3,7 @@ the Dagster asset."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 from evoharness.agents.records import EpisodeRecord, EpisodeSpec
-from evoharness.collection import CollectionConfig
+from evoharness.collection import CollectionConfig, collect
 from evoharness.harness.prompts import Mode
 from evoharness.training.grpo import GRPOSettings, group_advantages, turn_samples
 from evoharness.training.model_versions import teacher_datasets, train_grpo_version, train_sft_version
@@ -143,13 +144,15 @@ def test_dagster_grpo_student_registers_a_model_version(curated_db: Path, tmp_pa
     resources = {"warehouse": WarehouseResource(path=str(curated_db)), "alfworld": AlfworldResource(),
                  "students": StudentResource(models_dir=str(tmp_path)),
                  "training": TrainingLauncher(), "pipes_client": dg.PipesSubprocessClient()}
+    with Warehouse(curated_db) as wh:  # the expert with a 2-step budget: 2 lost train games, GRPO's curriculum
+        collect(CollectionConfig(split="train", limit=2, max_steps=2, workers=0, engine="fast"), wh, run_id="t")
     with dg.instance_for_test() as instance:
         register_teachers(instance)
         result = dg.materialize(
             [at.sft_student, at.grpo_student], instance=instance, partition_key="expert", resources=resources,
             run_config={"ops": {
                 "sft_student": {"config": {"max_steps": 2, "max_length": 1024, "dataset_id": "sft-expert@v1"}},
-                "grpo_student": {"config": {"games_limit": 2, "games_per_step": 1, "num_generations": 2,
+                "grpo_student": {"config": {"curriculum_from": "expert", "games_per_step": 1, "num_generations": 2,
                                             "max_steps": 1, "episode_steps": 2, "max_new_tokens": 8,
                                             "call_cost": 0.05}},
             }})
@@ -167,8 +170,10 @@ def test_dagster_grpo_student_registers_a_model_version(curated_db: Path, tmp_pa
         versions = instance.get_dynamic_partitions(MODEL_VERSION_PARTITIONS_NAME)
         assert set(versions) == {events["sft_student"]["model_version"].value, grpo["model_version"].value}
     with Warehouse(curated_db) as wh:
-        settings = wh.scalar("SELECT settings FROM model_versions WHERE stage = 'grpo'")
-    assert '"call_cost":0.05' in settings.replace(" ", "")
+        settings = json.loads(wh.scalar("SELECT settings FROM model_versions WHERE stage = 'grpo'"))
+        lost = wh.con.execute("SELECT game_id FROM episodes WHERE max_steps = 2 ORDER BY game_id").fetchall()
+    assert settings["reward"]["call_cost"] == 0.05
+    assert settings["games"] == [g for (g,) in lost] and settings["games_from"] == "expert"  # named on the version
 
 
 def test_every_turn_is_trained_once_per_step_in_bounded_micro_batches(tiny_grpo, tmp_path: Path) -> None:
