@@ -1,6 +1,7 @@
-"""A GRPO curriculum: the train games a policy lost. A student that already wins a game every time gives a GRPO
-group no advantage to learn from (all its episodes score alike); the games it lost greedily are where sampled
-episodes differ."""
+"""A GRPO curriculum: the train games a policy lost. A game the student wins every time gives its GRPO group no
+advantage to learn from (all its episodes score alike). For a student that wins most train games greedily, the games
+it lost are where sampled episodes differ; a weak student may lose them with every sample too (watch the groups'
+``reward_std`` in the run's history)."""
 
 from __future__ import annotations
 
