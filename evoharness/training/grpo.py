@@ -95,6 +95,10 @@ class GRPOSettings(BaseModel):
     def _repeats_need_constraints(self) -> GRPOSettings:
         if self.avoid_repeats and self.vllm_server_url is not None:
             raise ValueError("avoid_repeats works through constrained decoding, which a vLLM server does not apply")
+        return self
+
+    @model_validator(mode="after")
+    def _games_or_limit(self) -> GRPOSettings:
         if self.games is not None and self.games_limit is not None:
             raise ValueError("games names the train games to draw; games_limit takes the catalog's first N: give one")
         return self
