@@ -131,6 +131,7 @@ def grpo_command(parent: str, settings: dict) -> list[str]:
             *(["--call-cost", str(call_cost)] if call_cost else []),
             *(["--repeat-cap", str(repeat_cap)] if repeat_cap != RewardConfig().repeat_cap else []),
             *(["--avoid-repeats"] if settings.get("avoid_repeats") else []),
+            *(["--episode-level-loss"] if settings.get("episode_level_loss") else []),
             *(["--forced-tokens-in-loss"] if forced else [])]
 
 

@@ -143,6 +143,8 @@ def grpo_command(
                                                              "tokens that were a choice].")] = False,
     avoid_repeats: Annotated[bool, typer.Option(help="Rollouts leave out environment commands already issued in "
                                                      "the same state (as `evaluate --avoid-repeats`).")] = False,
+    episode_level_loss: Annotated[bool, typer.Option(help="Weigh every episode equally in the loss [default: every "
+                                                          "scored token equally].")] = False,
     per_device_train_batch_size: Annotated[int | None, typer.Option(help="Turn samples per forward pass "
                                                                          "[default: 8].")] = None,
     save_steps: Annotated[int | None, typer.Option(help="Checkpoint every N steps; a rerun resumes "
@@ -165,6 +167,7 @@ def grpo_command(
                                          temperature=temperature, scale_rewards=scale_rewards,
                                          forced_tokens_in_loss=forced_tokens_in_loss or None,
                                          avoid_repeats=avoid_repeats or None,
+                                         episode_level_loss=episode_level_loss or None,
                                          per_device_train_batch_size=per_device_train_batch_size,
                                          save_steps=save_steps, vllm_server_url=vllm_server_url)
         if curriculum_from is not None:

@@ -14,7 +14,13 @@ import torch
 from evoharness.agents.records import EpisodeRecord, EpisodeSpec
 from evoharness.collection import CollectionConfig, collect
 from evoharness.harness.prompts import Mode
-from evoharness.training.grpo import GRPOSettings, group_advantages, turn_samples
+from evoharness.training.grpo import (
+    GRPOSettings,
+    episode_loss_tokens,
+    episode_weighted,
+    group_advantages,
+    turn_samples,
+)
 from evoharness.training.model_versions import teacher_datasets, train_grpo_version, train_sft_version
 from evoharness.training.rollout import Rollout, TurnTokens
 from evoharness.training.sft import SFTSettings
@@ -78,6 +84,30 @@ def test_forced_tokens_are_attended_to_but_not_scored(catalog) -> None:
     assert int(scored["num_items_in_batch"]) == 2
     every = turn_samples(played, torch.tensor([1.0]), pad_id=0)  # forced_tokens_in_loss: the runs before 2026-12-02
     assert "tool_mask" not in every and int(every["num_items_in_batch"]) == 4
+
+
+def test_episode_level_loss_weighs_a_long_loss_as_much_as_a_short_win(catalog) -> None:
+    """A group of a 1-turn win and a 4-turn loss: token-level, the loss's tokens outweigh the win's 4 : 1 (net
+    push-down); episode-level, each episode's tokens carry one episode's weight and the group's weights cancel."""
+    game = catalog.games("train", limit=1)[0]
+    record = EpisodeRecord(EpisodeSpec("s", game, Mode.BPE, 0, 3, "p", "x"), "fast", datetime.now(UTC))
+    won = Rollout(record, [TurnTokens([1], [7, 8])])
+    lost = Rollout(record, [TurnTokens([1], [7, 8, 2], [True, True, False]) for _ in range(4)])
+    assert [episode_loss_tokens(r) for r in (won, lost)] == [2, 12]
+    tokens = torch.tensor([float(episode_loss_tokens(r, choices_only=True)) for r in (won, lost)])
+    assert tokens.tolist() == [2.0, 8.0]  # forced tokens are not scored
+    advantages = torch.tensor([1.0, -1.0])
+
+    def net_weight(a: torch.Tensor) -> float:  # Σ over scored tokens of their advantage, as the loss sums them
+        samples = turn_samples([won, lost], a, pad_id=0, choices_only=True)
+        mask = samples["completion_mask"] * samples.get("tool_mask", samples["completion_mask"])
+        return float((samples["advantages"].unsqueeze(1) * mask).sum())
+
+    assert net_weight(advantages) == pytest.approx(2 - 8)  # token-level: the loss dominates
+    balanced = episode_weighted(advantages, tokens, float(tokens.mean()))
+    assert balanced.tolist() == pytest.approx([5 / 2, -5 / 8])
+    assert net_weight(balanced) == pytest.approx(0.0)
+    assert episode_weighted(torch.tensor([1.0]), torch.tensor([0.0]), 5.0).tolist() == [0.0]  # nothing scored
 
 
 @pytest.mark.parametrize("avoid_repeats", [False, True])
@@ -212,6 +242,24 @@ def test_every_turn_is_trained_once_per_step_in_bounded_micro_batches(tiny_grpo,
     assert any(e["advantage"] != 0 for r in trainer.turn_log for e in r["episodes"])  # the groups carry signal
     assert any(not torch.equal(a, p.detach()) for a, p in zip(before, trainer.model.parameters(), strict=True))
     assert trainer.peak_micro_batch == 5
+
+
+def test_episode_level_loss_reaches_the_update(tiny_grpo, tmp_path: Path) -> None:
+    """The same fixed rollouts (a group of a 30-step and a 4-step episode: different lengths) from the same start:
+    a step with episodes weighed equally moves the weights elsewhere than a step with tokens weighed equally."""
+    from evoharness.training.grpo import build_grpo_trainer
+
+    model_dir, fixed, _ = tiny_grpo
+    trained = []
+    for episode_level in (False, True):
+        settings = GRPOSettings.tiny_student(games_limit=2, games_per_step=2, num_generations=2, max_steps=1,
+                                             save_steps=None, episode_level_loss=episode_level)
+        trainer = build_grpo_trainer(str(model_dir), tmp_path / str(episode_level), settings, fixed)
+        trainer.train()
+        trained.append([p.detach().clone() for p in trainer.model.parameters()])
+    lengths = {len(r.turns) for r in fixed.episodes.values()}
+    assert len(lengths) > 1  # the group's episodes differ in length: the weighting matters
+    assert any(not torch.equal(a, b) for a, b in zip(*trained, strict=True))
 
 
 RESUMABLE = GRPOSettings.tiny_student(games_limit=2, games_per_step=1, num_generations=2, max_steps=4,

@@ -72,6 +72,11 @@ class GRPOSettings(BaseModel):
         "(no gradient); scoring it pushes the unconstrained model's probability of it up or down for nothing "
         "(a losing episode's forced tokens are driven towards 0, and the KL estimate with them: 198 at step 8 of "
         "a lr 3e-4 run). Runs before 2026-12-02 scored them."))
+    episode_level_loss: bool = Field(default=False, description=(
+        "Weigh every episode equally in the loss, as GRPO weighs one completion: an episode's scored tokens share "
+        "one episode's weight (its advantage times mean tokens per episode / its tokens). Off: every scored token "
+        "weighs the same (TRL's dapo), so a lost 70-turn episode outweighs a won 15-turn one about 4 : 1 and a "
+        "group's push-down on its losses outweighs its push-up on its wins, though its advantages sum to 0."))
     avoid_repeats: bool = Field(default=False, description=(
         "Rollouts decode as `evaluate --avoid-repeats` plays: constrained decoding leaves out the environment "
         "commands the episode already issued in the same state (not with a vLLM server)."))
@@ -106,7 +111,8 @@ class GRPOSettings(BaseModel):
     OPERATIONAL: ClassVar[frozenset[str]] = frozenset({"per_device_train_batch_size", "save_steps",
                                                        "vllm_server_url"})
     """Fields that change how a run executes, not what it trains: not part of a model version's id."""
-    ID_OMITTED_WHEN_OFF: ClassVar[frozenset[str]] = frozenset({"avoid_repeats", "games", "games_from"})
+    ID_OMITTED_WHEN_OFF: ClassVar[frozenset[str]] = frozenset({"avoid_repeats", "games", "games_from",
+                                                               "episode_level_loss"})
     """Switches added after versions were trained: left out of the id while off, so those versions keep theirs."""
 
     @classmethod
@@ -184,9 +190,11 @@ def _trainer_class() -> type:
         micro-batches of at most ``micro_batch_size`` turns with gradients accumulated across them."""
 
         def __init__(self, *args: Any, rollouts: RolloutSource, micro_batch_size: int,
-                     repeats_at: str = "environment", forced_tokens_in_loss: bool = False, **kwargs: Any) -> None:
+                     repeats_at: str = "environment", forced_tokens_in_loss: bool = False,
+                     episode_level_loss: bool = False, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.repeats_at, self.forced_tokens_in_loss = repeats_at, forced_tokens_in_loss
+            self.episode_level_loss = episode_level_loss
             if self.loss_type not in LOSS_NORMALIZATION:
                 raise ValueError(f"loss_type {self.loss_type!r} is not supported by the per-turn micro-batching "
                                  f"(supported: {sorted(LOSS_NORMALIZATION)})")
@@ -223,9 +231,17 @@ def _trainer_class() -> type:
             return self._turn_samples(played, local, device)
 
         def _turn_samples(self, played: list[Rollout], advantages: torch.Tensor, device: Any) -> dict[str, Any]:
+            choices_only = not self.forced_tokens_in_loss
+            if self.episode_level_loss:
+                tokens = torch.tensor([float(episode_loss_tokens(r, choices_only)) for r in played], device=device)
+                # the mean over every process's episodes, as the loss normalizes over every process's tokens
+                total = self.accelerator.gather(torch.stack([tokens.sum(), torch.tensor(float(len(played)),
+                                                                                          device=device)]).unsqueeze(0))
+                mean = float(total[:, 0].sum() / total[:, 1].sum())
+                advantages = episode_weighted(advantages.to(device), tokens, mean)
             output = {k: v.to(device) if isinstance(v, torch.Tensor) else v
                       for k, v in turn_samples(played, advantages, self.processing_class.pad_token_id,
-                                               choices_only=not self.forced_tokens_in_loss).items()}
+                                               choices_only=choices_only).items()}
             prompt_ids, prompt_mask = output["prompt_ids"], output["prompt_mask"]
             completion_ids, completion_mask = output["completion_ids"], output["completion_mask"]
             # every process needs the global counts: the loss normalizes over all processes' turns and tokens,
@@ -426,6 +442,21 @@ def group_advantages(rewards: Any, group: int, scale: str = "group") -> Any:
     return centred / (nanstd(grouped, dim=1).repeat_interleave(group) + 1e-4)
 
 
+def episode_loss_tokens(rollout: Rollout, choices_only: bool = False) -> int:
+    """The completion tokens of ``rollout`` that the loss scores (:func:`turn_samples`' ``loss_mask``)."""
+    return sum(sum(t.choices) if choices_only and t.choices is not None and t.completion_ids
+               else len(t.completion_ids) for t in rollout.turns)
+
+
+def episode_weighted(advantages: Any, tokens: Any, mean_tokens: float) -> Any:
+    """Advantages that make a token-normalized loss (Σ A·ratio over tokens / all tokens) the mean over episodes
+    of each episode's token mean: each advantage times ``mean_tokens`` / its episode's scored ``tokens`` (an
+    episode with none scored keeps 0)."""
+    import torch
+
+    return torch.where(tokens > 0, advantages * mean_tokens / tokens.clamp(min=1), torch.zeros_like(advantages))
+
+
 def turn_samples(played: list[Rollout], advantages: Any, pad_id: int, choices_only: bool = False
                  ) -> dict[str, Any]:
     """One training sample per turn: its prompt (left-padded) and completion (right-padded) ids with masks, and
@@ -530,7 +561,8 @@ def build_grpo_trainer(model_path: str, output_dir: str | Path, settings: GRPOSe
                             peft_config=settings.lora.peft_config() if settings.lora is not None else None,
                             rollouts=rollouts, micro_batch_size=settings.per_device_train_batch_size,
                             repeats_at=settings.reward.repeats_at,
-                            forced_tokens_in_loss=settings.forced_tokens_in_loss)
+                            forced_tokens_in_loss=settings.forced_tokens_in_loss,
+                            episode_level_loss=settings.episode_level_loss)
 
 
 def grpo_config(settings: GRPOSettings, checkpoints: Path, processes: int = 1) -> Any:
