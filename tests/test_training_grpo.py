@@ -108,6 +108,8 @@ def test_episode_level_loss_weighs_a_long_loss_as_much_as_a_short_win(catalog) -
     assert balanced.tolist() == pytest.approx([5 / 2, -5 / 8])
     assert net_weight(balanced) == pytest.approx(0.0)
     assert episode_weighted(torch.tensor([1.0]), torch.tensor([0.0]), 5.0).tolist() == [0.0]  # nothing scored
+    with pytest.raises(ValueError, match="normalized over tokens"):
+        GRPOSettings.tiny_student(episode_level_loss=True, loss_type="grpo")  # per-turn means: another weighting
 
 
 @pytest.mark.parametrize("avoid_repeats", [False, True])

@@ -103,6 +103,14 @@ class GRPOSettings(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _episode_weights_need_a_token_loss(self) -> GRPOSettings:
+        if self.episode_level_loss and LOSS_NORMALIZATION.get(self.loss_type) != "tokens":
+            raise ValueError(f"episode_level_loss reweighs a loss normalized over tokens (loss_type "
+                             f"{sorted(k for k, v in LOSS_NORMALIZATION.items() if v == 'tokens')}), not "
+                             f"{self.loss_type!r}")
+        return self
+
+    @model_validator(mode="after")
     def _games_or_limit(self) -> GRPOSettings:
         if self.games is not None and self.games_limit is not None:
             raise ValueError("games names the train games to draw; games_limit takes the catalog's first N: give one")
