@@ -173,14 +173,17 @@ def test_differential_one_game_quick(catalog):
 
 @pytest.mark.slow
 def test_differential_sample_across_splits_and_task_types(catalog):
-    """20 games per split (catalog order is round-robin over task types): 60 games, all six types."""
-    games = [g for split in SPLITS for g in catalog.games(split, limit=20)]
-    assert {g.task_type for g in games} == set(TASK_TYPES) and {g.split for g in games} == set(SPLITS)
+    """10 games per split (catalog order is round-robin over task types): 30 games, all six types in each split.
+
+    About 700 game-seconds on the real engine (its planner is slow on a few games: the first 20 of valid_unseen
+    hold two of 590 s and 405 s, which ran past the test timeout in CI); the full run is in benchmarks/results."""
+    games = [g for split in SPLITS for g in catalog.games(split, limit=10)]
+    assert all({g.task_type for g in games if g.split == split} == set(TASK_TYPES) for split in SPLITS)
     reports = run_differential(games, workers=2, progress=False)
     assert [r.error for r in reports if r.error] == []
     mismatches = [m for r in reports for m in r.mismatches]
     assert mismatches == [], mismatches[:3]
-    assert sum(s.steps for s in summarize(reports)) > 60 * 100
+    assert sum(s.steps for s in summarize(reports)) > 30 * 100
 
 
 def test_reports_resume_only_clean_current_version_games(tmp_path) -> None:
