@@ -196,6 +196,10 @@ def main() -> None:
                         help="the students the sft and evaluate stages train and play (react needs the bpe one)")
     parser.add_argument("--sft-epochs", type=float, default=None,
                         help="passes of the SFT students over the train split [default: the small preset's]")
+    parser.add_argument("--grpo-steps", type=int, default=None,
+                        help=f"GRPO steps [default: {GRPO_SETTINGS[GRPO_SETTINGS.index('--max-steps') + 1]}]")
+    parser.add_argument("--episode-level-loss", action="store_true",
+                        help="GRPO with every episode weighted alike in the loss (evoharness grpo --episode-level-loss)")
     args = parser.parse_args()
     db = os.environ.get("EVOHARNESS_DB", ".evoharness/warehouse.duckdb")
     if "data" in args.stages:
@@ -220,7 +224,11 @@ def main() -> None:
     if "evaluate" in args.stages:
         for view in args.views:
             run(["evoharness", "evaluate", "--model-version", students[view]])
-    grpo = ["evoharness", "grpo", "--parent-version", students.get("bpe", "?"), *GRPO_SETTINGS]
+    grpo_settings = list(GRPO_SETTINGS)
+    if args.grpo_steps:
+        grpo_settings[grpo_settings.index("--max-steps") + 1] = str(args.grpo_steps)
+    grpo = ["evoharness", "grpo", "--parent-version", students.get("bpe", "?"), *grpo_settings,
+            *(["--episode-level-loss"] if args.episode_level_loss else [])]
     if "grpo" in args.stages:
         run(grpo)
     if "dagger" in args.stages:
