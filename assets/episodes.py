@@ -101,8 +101,9 @@ def teacher_episodes(
             raise dg.Failure(description=f"{teacher}: nothing succeeded, all {result.failed} episodes failed; the "
                              f"first reason: {result.records[0].failure_reason}", allow_retries=False)
         columns, rows = wh.query("teacher_summary", teacher=teacher, mode=config.mode, split=config.split)
-    per_type = [row for row in rows if row[0] != "ALL"]
-    overall = next(row for row in rows if row[0] == "ALL") if rows else None
+    # a type (or the whole run) whose episodes all failed has no success rate: it is left out, not drawn as 0
+    per_type = [row for row in rows if row[0] != "ALL" and row[4] is not None]
+    overall = next((row for row in rows if row[0] == "ALL" and row[4] is not None), None)
     chart = bar_chart_png(
         [row[0] for row in per_type], [float(row[4]) for row in per_type],
         f"{teacher} / {config.mode} / {config.split}: success by task type", "success rate", (0, 1.05),

@@ -77,8 +77,9 @@ def student_evaluation(context: dg.AssetExecutionContext, config: EvaluationRunC
         against_parent = paired_outcomes(wh, result.policy, evaluation.model_copy(update={"model_version": parent})
                                          .policy, config.max_steps) if parent else []
     index = {c: i for i, c in enumerate(result.columns)}
-    student_rows = [r for r in result.rows
-                    if r[index["policy"]] == result.policy and r[index["task_type"]] != "ALL"]
+    student_rows = [r for r in result.rows  # a type whose episodes all failed has no rate: not drawn as 0
+                    if r[index["policy"]] == result.policy and r[index["task_type"]] != "ALL"
+                    and r[index["success_rate"]] is not None]
     played = next(iter(result.by_split.values()), None)
     metadata: dict[str, dg.MetadataValue] = (collection_lineage(played, context.run.run_id) if played else {}) | \
         id_metadata(dict(zip(("distilled_from", "stage", "dataset_id", "parent_version"), trained or ()))) | {

@@ -85,3 +85,38 @@ def test_distill_teacher_job_turns_a_teacher_into_a_dataset(tmp_path: Path, alfw
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.execute("SELECT count(*), min(split), max(split) FROM episodes").fetchone() == (6, "train", "train")
         assert con.execute("SELECT count(*) FROM datasets WHERE teacher = 'expert'").fetchone()[0] == 1
+
+
+def test_a_task_type_whose_episodes_all_failed_has_no_success_rate(tmp_path: Path, alfworld_data: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """One game's every call gets a 401: its task type has no finished episode, so it has no rate (not 0) and
+    the chart leaves it out; the run's rate counts the finished games only."""
+    from evoharness.testing.alfworld_player import WalkthroughPlayer
+    from evoharness.testing.loopback import Call, LoopbackServer, Reply
+    from evoharness.testing.teachers import TEST_KEY_ENV, loopback_teacher, write_registry
+
+    player = WalkthroughPlayer.for_split("valid_seen", 3, data_root=str(alfworld_data))
+    doomed = "look at alarmclock under the desklamp"
+    assert doomed in player.plans
+
+    def respond(call: Call) -> Reply:
+        return Reply(status=401, text="bad key") if f"Task: {doomed}" in call.prompt else player(call)
+
+    monkeypatch.setenv(TEST_KEY_ENV, "sk-test")
+    monkeypatch.setenv("ALFWORLD_DATA", str(alfworld_data))
+    with LoopbackServer(respond) as server:
+        monkeypatch.setenv("EVOHARNESS_TEACHERS", str(write_registry(tmp_path / "teachers.yaml",
+                                                                     loopback_teacher("lb", "openai", server))))
+        with dg.instance_for_test() as instance:
+            instance.add_dynamic_partitions(TEACHER_PARTITIONS_NAME, ["lb"])
+            result = dg.materialize(
+                [teacher_episodes], partition_key="lb", instance=instance,
+                resources={"warehouse": WarehouseResource(path=str(tmp_path / "wh.duckdb")),
+                           "alfworld": AlfworldResource(data_root=str(alfworld_data))},
+                run_config={"ops": {"teacher_episodes": {"config": {"split": "valid_seen", "limit": 3, "max_steps": 30}}}})
+    assert result.success
+    metadata = result.get_asset_materialization_events()[0].materialization.metadata
+    assert metadata["episodes_failed"].value == 1
+    assert metadata["success_rate"].value == 1.0
+    assert "look_at_obj_in_light" in metadata["summary"].value
+    assert "data:image/png;base64," in metadata["success_by_task_type"].value
