@@ -26,6 +26,7 @@ from evoharness.harness.budget import StepBudget
 from evoharness.harness.experience import ExperienceBankData, load_bank_file
 from evoharness.harness.prompts import Mode, load_prompt_set
 from evoharness.teachers.clients.hf_batching import Sampling
+from evoharness.training.hardware import bf16_is_fast
 from evoharness.training.reward import RewardConfig, TrajectoryStats, reward_functions
 from evoharness.training.rollout import Rollout, RolloutEngine
 from evoharness.training.student_card import read_student_card, student_prompt_set, write_student_card
@@ -147,9 +148,10 @@ class GRPOSettings(BaseModel):
         """A student built here that already plays (``small``): groups of 4 on 4 games a step, episodes of 70 steps
         (the budget its SFT examples were rendered with: "Step k/N" is in every prompt),
         a step large enough to move a few-million-parameter model within tens of steps, advantages scaled by the
-        batch's std (a win, not a failed group's repeat count, is what moves the policy), bf16 training passes."""
+        batch's std (a win, not a failed group's repeat count, is what moves the policy), bf16 training passes where the machine has
+        bf16 units (:func:`bf16_is_fast`)."""
         preset: dict[str, Any] = {"games_per_step": 4, "num_generations": 4, "epochs": 1, "learning_rate": 3e-5,
-                                  "max_new_tokens": 48, "episode_steps": 70, "scale_rewards": "batch", "bf16": True,
+                                  "max_new_tokens": 48, "episode_steps": 70, "scale_rewards": "batch", "bf16": bf16_is_fast(),
                                   "gradient_checkpointing": False}
         return cls(**(preset | overrides))
 

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 
 from evoharness.harness.prompts import load_prompt_set
 from evoharness.training.decisions import decision_metrics
+from evoharness.training.hardware import bf16_is_fast
 from evoharness.training.react_view import react_examples
 from evoharness.training.student_card import write_student_card
 from evoharness.training.tiny_student import (
@@ -68,7 +69,7 @@ class SFTSettings(BaseModel):
                                 "the teacher's at every evaluation (0: none).")
     seed: int = 0
     bf16: bool = Field(default=False, description="bf16 mixed precision (GPUs, and CPUs with bf16 units such as AMX: "
-                       "1.2-1.7x faster on this project's Xeon; slow where the CPU emulates bf16).")
+                       "1.2-1.7x faster on a Xeon with AMX; many times slower where the CPU emulates bf16).")
     gradient_checkpointing: bool = Field(default=True, description="Recompute activations in the backward pass: "
                                          "memory for time (a large base needs it; a student built here does not).")
     max_tokens: int | None = Field(default=None, ge=1, description="Train for about this many input tokens: the "
@@ -86,7 +87,7 @@ class SFTSettings(BaseModel):
     def local_student(cls, preset: str, **overrides: Any) -> SFTSettings:
         """Full fine-tuning of a randomly initialised student built here: a far larger step than LoRA, batches
         of similar length, no activation recomputation, and the student rendering of the workspace; ``small``
-        trains in bf16 (fast on CPUs with bf16 units, see ``bf16``)."""
+        trains in bf16 where the machine has bf16 units (:func:`bf16_is_fast`), in fp32 elsewhere."""
         if not is_local_preset(preset):
             raise ValueError(f"Unknown student preset {preset!r}; choose one of {', '.join(STUDENT_PRESETS)}.")
         view = overrides.get("view", "bpe")
@@ -97,7 +98,7 @@ class SFTSettings(BaseModel):
         if preset != TINY:
             defaults |= {"learning_rate": 1e-3, "batch_size": 16, "per_device_batch_size": 16, "epochs": 4,
                          "max_length": 1024, "logging_steps": 20, "save_steps": 100, "decision_turns": 256,
-                         "bf16": True}
+                         "bf16": bf16_is_fast()}
         return cls(**(defaults | overrides))
 
     @classmethod
