@@ -327,7 +327,7 @@ def test_a_switch_added_later_leaves_the_ids_of_earlier_versions_alone() -> None
     from evoharness.training.model_versions import version_id
 
     settings = GRPOSettings.for_base("small", max_steps=28, games_per_step=4, num_generations=4, learning_rate=1e-4,
-                                     save_steps=4)
+                                     save_steps=4, bf16=True)  # it trained on a CPU with bf16 units
     assert version_id("expert", "grpo", "expert-sft-29dcf9a1cd6c", settings) == "expert-grpo-fa47c632d8de"
     guarded = settings.model_copy(update={"avoid_repeats": True})
     assert version_id("expert", "grpo", "expert-sft-29dcf9a1cd6c", guarded) != "expert-grpo-fa47c632d8de"
