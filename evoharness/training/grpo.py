@@ -148,11 +148,11 @@ class GRPOSettings(BaseModel):
         """A student built here that already plays (``small``): groups of 4 on 4 games a step, episodes of 70 steps
         (the budget its SFT examples were rendered with: "Step k/N" is in every prompt),
         a step large enough to move a few-million-parameter model within tens of steps, advantages scaled by the
-        batch's std (a win, not a failed group's repeat count, is what moves the policy), bf16 training passes where the machine has
-        bf16 units (:func:`bf16_is_fast`)."""
+        batch's std (a win, not a failed group's repeat count, is what moves the policy), bf16 training passes
+        where the machine has bf16 units (:func:`bf16_is_fast`)."""
         preset: dict[str, Any] = {"games_per_step": 4, "num_generations": 4, "epochs": 1, "learning_rate": 3e-5,
-                                  "max_new_tokens": 48, "episode_steps": 70, "scale_rewards": "batch", "bf16": bf16_is_fast(),
-                                  "gradient_checkpointing": False}
+                                  "max_new_tokens": 48, "episode_steps": 70, "scale_rewards": "batch",
+                                  "bf16": bf16_is_fast(), "gradient_checkpointing": False}
         return cls(**(preset | overrides))
 
     @classmethod
