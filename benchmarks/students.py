@@ -9,9 +9,9 @@ never the same command in the same state), each its own run ``<version>.no-repea
 
 Every stage is an ``evoharness`` command run in order (printed and recorded with its result); each is
 resumable (data and model versions are reused, evaluations keep finished episodes), so rerunning the script
-continues where it stopped. ``--stages`` picks the stages to run; ``--sft-epochs`` trains the SFT students for fewer
-passes (a cheaper parent for GRPO); ``--grpo-steps`` and ``--episode-level-loss`` set the GRPO stage's run. Results go to benchmarks/results/students.json; runs of versions an earlier
-warehouse held stay in it.
+continues where it stopped. ``--stages`` picks the stages to run; ``--sft-epochs`` trains the SFT students for
+fewer passes (a cheaper parent for GRPO); ``--grpo-steps`` and ``--episode-level-loss`` set the GRPO stage's run.
+Results go to benchmarks/results/students.json; runs of versions an earlier warehouse held stay in it.
 """
 
 from __future__ import annotations

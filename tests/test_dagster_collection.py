@@ -8,6 +8,9 @@ import pytest
 
 from assets.episodes import teacher_episodes, teacher_episodes_integrity
 from assets.games import alfworld_games
+from evoharness.testing.alfworld_player import WalkthroughPlayer
+from evoharness.testing.loopback import Call, LoopbackServer, Reply
+from evoharness.testing.teachers import TEST_KEY_ENV, loopback_teacher, write_registry
 from pipelines.definitions import defs
 from pipelines.partitions import TEACHER_PARTITIONS_NAME, register_teachers
 from pipelines.resources import AlfworldResource, WarehouseResource
@@ -91,10 +94,6 @@ def test_a_task_type_whose_episodes_all_failed_has_no_success_rate(tmp_path: Pat
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """One game's every call gets a 401: its task type has no finished episode, so it has no rate (not 0) and
     the chart leaves it out; the run's rate counts the finished games only."""
-    from evoharness.testing.alfworld_player import WalkthroughPlayer
-    from evoharness.testing.loopback import Call, LoopbackServer, Reply
-    from evoharness.testing.teachers import TEST_KEY_ENV, loopback_teacher, write_registry
-
     player = WalkthroughPlayer.for_split("valid_seen", 3, data_root=str(alfworld_data))
     doomed = "look at alarmclock under the desklamp"
     assert doomed in player.plans
@@ -113,7 +112,8 @@ def test_a_task_type_whose_episodes_all_failed_has_no_success_rate(tmp_path: Pat
                 [teacher_episodes], partition_key="lb", instance=instance,
                 resources={"warehouse": WarehouseResource(path=str(tmp_path / "wh.duckdb")),
                            "alfworld": AlfworldResource(data_root=str(alfworld_data))},
-                run_config={"ops": {"teacher_episodes": {"config": {"split": "valid_seen", "limit": 3, "max_steps": 30}}}})
+                run_config={"ops": {"teacher_episodes": {"config": {"split": "valid_seen", "limit": 3,
+                                                                    "max_steps": 30}}}})
     assert result.success
     metadata = result.get_asset_materialization_events()[0].materialization.metadata
     assert metadata["episodes_failed"].value == 1

@@ -45,7 +45,8 @@ def test_a_preset_with_an_unknown_setting_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_small_preset_trains_in_bf16_only_where_the_machine_has_bf16_units() -> None:
-    """An AVX2-only CPU emulates bf16 matmuls (over 10x slower than fp32 on an AMD EPYC): the preset follows the hardware."""
+    """An AVX2-only CPU emulates bf16 matmuls (over 10x slower than fp32 on an AMD EPYC): the preset follows
+    the hardware."""
     from evoharness.training.hardware import bf16_is_fast
 
     assert SFTSettings.for_base("small").bf16 is GRPOSettings.for_base("small").bf16 is bf16_is_fast()
