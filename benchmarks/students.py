@@ -132,6 +132,7 @@ def grpo_command(parent: str, settings: dict) -> list[str]:
             *(["--repeat-cap", str(repeat_cap)] if repeat_cap != RewardConfig().repeat_cap else []),
             *(["--avoid-repeats"] if settings.get("avoid_repeats") else []),
             *(["--episode-level-loss"] if settings.get("episode_level_loss") else []),
+            *(["--seed", str(settings["seed"])] if settings.get("seed") else []),
             *(["--forced-tokens-in-loss"] if forced else [])]
 
 

@@ -76,13 +76,15 @@ def sft_command(
                                                   "workspace [default: bpe].")] = None,
     prompt_set: Annotated[str | None, typer.Option(help="Re-render every turn with this prompt set [default: "
                                                         "the preset's; the stored rendering for hub models].")] = None,
+    seed: Annotated[int | None, typer.Option(help=SEED_HELP)] = None,
     models_dir: Annotated[str | None, typer.Option(help="[default: <warehouse folder>/models]")] = None,
     launch: Annotated[str | None, typer.Option(help=LAUNCH_HELP)] = None,
     db: DbOption = None,
 ) -> None:
     """Fine-tune a student with TRL (SFT) and record it as a model version (same dataset + settings: reused)."""
     overrides = {"epochs": epochs, "learning_rate": learning_rate, "batch_size": batch_size, "max_length": max_length,
-                 "max_steps": max_steps, "max_tokens": max_tokens, "view": view, "prompt_set": prompt_set}
+                 "max_steps": max_steps, "max_tokens": max_tokens, "view": view, "prompt_set": prompt_set,
+                 "seed": seed}
     with Warehouse(db or default_db_path()) as wh:
         try:
             settings = continued_sft_settings(wh, parent_version, **overrides) if parent_version else \
@@ -101,6 +103,8 @@ def sft_command(
     print_version(version)
 
 
+SEED_HELP = ("The trainer's seed (data order, sampled rollouts): another seed is a replicate, its own model version "
+             "[default: 0].")
 LAUNCH_HELP = ("Train in child processes started by this command, e.g. 'accelerate launch --config_file "
                "configs/accelerate/zero3.yaml' ('' : one child process); the warehouse stays in this process.")
 
@@ -151,6 +155,7 @@ def grpo_command(
                                                         "[default: 10].")] = None,
     vllm_server_url: Annotated[str | None, typer.Option(help="Generate rollouts on a `trl vllm-serve` server "
                                                              "(GPU) [default: in-process generate].")] = None,
+    seed: Annotated[int | None, typer.Option(help=SEED_HELP)] = None,
     models_dir: Annotated[str | None, typer.Option(help="[default: <warehouse folder>/models]")] = None,
     launch: Annotated[str | None, typer.Option(help=LAUNCH_HELP)] = None,
     db: DbOption = None,
@@ -169,7 +174,7 @@ def grpo_command(
                                          avoid_repeats=avoid_repeats or None,
                                          episode_level_loss=episode_level_loss or None,
                                          per_device_train_batch_size=per_device_train_batch_size,
-                                         save_steps=save_steps, vllm_server_url=vllm_server_url)
+                                         save_steps=save_steps, vllm_server_url=vllm_server_url, seed=seed)
         if curriculum_from is not None:
             try:
                 settings = with_curriculum(wh, settings, curriculum_from)

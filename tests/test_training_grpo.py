@@ -3,6 +3,7 @@ the Dagster asset."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,10 +22,16 @@ from evoharness.training.grpo import (
     group_advantages,
     turn_samples,
 )
-from evoharness.training.model_versions import teacher_datasets, train_grpo_version, train_sft_version
+from evoharness.training.model_versions import (
+    teacher_datasets,
+    train_grpo_version,
+    train_sft_version,
+    version_id,
+)
 from evoharness.training.rollout import Rollout, TurnTokens
 from evoharness.training.sft import SFTSettings
 from evoharness.training.student_card import CARD_FILE
+from tests.conftest import REPO
 from warehouse import Warehouse
 
 QUICK = GRPOSettings.tiny_student(games_limit=2, games_per_step=1, num_generations=2, max_steps=2, episode_steps=3,
@@ -324,10 +331,24 @@ def test_grpo_resumes_after_a_kill_and_ends_with_the_same_model(tiny_grpo, tmp_p
 def test_a_switch_added_later_leaves_the_ids_of_earlier_versions_alone() -> None:
     """``avoid_repeats`` off is left out of the id: the GRPO version trained before it existed (students.json's
     expert-grpo-fa47c632d8de) keeps its id for the same command; on, it is another training."""
-    from evoharness.training.model_versions import version_id
-
     settings = GRPOSettings.for_base("small", max_steps=28, games_per_step=4, num_generations=4, learning_rate=1e-4,
                                      save_steps=4, bf16=True)  # it trained on a CPU with bf16 units
     assert version_id("expert", "grpo", "expert-sft-29dcf9a1cd6c", settings) == "expert-grpo-fa47c632d8de"
     guarded = settings.model_copy(update={"avoid_repeats": True})
     assert version_id("expert", "grpo", "expert-sft-29dcf9a1cd6c", guarded) != "expert-grpo-fa47c632d8de"
+
+
+def test_a_replicate_with_another_seed_is_its_own_version_and_its_command_names_the_seed() -> None:
+    """``evoharness grpo --seed N`` trains a replicate: another model version, and the command students.json
+    records for it (benchmarks/students.py) passes the seed back; the default seed adds no flag."""
+    spec = importlib.util.spec_from_file_location("students_benchmark", REPO / "benchmarks" / "students.py")
+    assert spec is not None and spec.loader is not None
+    students = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(students)
+    default = GRPOSettings.for_base("small", seed=None, episode_level_loss=True)
+    replicate = GRPOSettings.for_base("small", seed=3, episode_level_loss=True)
+    assert default.seed == 0
+    assert version_id("expert", "grpo", "p", replicate) != version_id("expert", "grpo", "p", default)
+    command = students.grpo_command("p", replicate.model_dump(mode="json"))
+    assert command[command.index("--seed") + 1] == "3"
+    assert "--seed" not in students.grpo_command("p", default.model_dump(mode="json"))
