@@ -155,7 +155,7 @@ class GRPORunConfig(dg.Config):
     avoid_repeats: bool | None = Field(default=None, description="Rollouts leave out environment commands already "
                                        "issued in the same state (None: the preset, off).")
     episode_level_loss: bool | None = Field(default=None, description="Weigh every episode equally in the loss "
-                                            "(None: the preset, off: every scored token equally).")
+                                            "(None: the preset: on for small, else every scored token equally).")
     per_device_train_batch_size: int | None = Field(default=None, description="Turn samples per forward pass.")
     save_steps: int | None = Field(default=None, description="Checkpoint every N steps (a rerun resumes).")
     vllm_server_url: str | None = Field(default=None, description="Generate rollouts on a `trl vllm-serve` server.")

@@ -10,7 +10,7 @@ never the same command in the same state), each its own run ``<version>.no-repea
 Every stage is an ``evoharness`` command run in order (printed and recorded with its result); each is
 resumable (data and model versions are reused, evaluations keep finished episodes), so rerunning the script
 continues where it stopped. ``--stages`` picks the stages to run; ``--sft-epochs`` trains the SFT students for
-fewer passes (a cheaper parent for GRPO); ``--grpo-steps`` and ``--episode-level-loss`` set the GRPO stage's run.
+fewer passes (a cheaper parent for GRPO); ``--grpo-steps`` and ``--token-level-loss`` set the GRPO stage's run.
 Results go to benchmarks/results/students.json; runs of versions an earlier warehouse held stay in it.
 """
 
@@ -131,7 +131,7 @@ def grpo_command(parent: str, settings: dict) -> list[str]:
             *(["--call-cost", str(call_cost)] if call_cost else []),
             *(["--repeat-cap", str(repeat_cap)] if repeat_cap != RewardConfig().repeat_cap else []),
             *(["--avoid-repeats"] if settings.get("avoid_repeats") else []),
-            *(["--episode-level-loss"] if settings.get("episode_level_loss") else []),
+            "--episode-level-loss" if settings.get("episode_level_loss") else "--no-episode-level-loss",
             *(["--seed", str(settings["seed"])] if settings.get("seed") else []),
             *(["--forced-tokens-in-loss"] if forced else [])]
 
@@ -199,8 +199,9 @@ def main() -> None:
                         help="passes of the SFT students over the train split [default: the small preset's]")
     parser.add_argument("--grpo-steps", type=int, default=None,
                         help=f"GRPO steps [default: {GRPO_SETTINGS[GRPO_SETTINGS.index('--max-steps') + 1]}]")
-    parser.add_argument("--episode-level-loss", action="store_true",
-                        help="GRPO with every episode weighted alike in the loss (evoharness grpo --episode-level-loss)")
+    parser.add_argument("--token-level-loss", action="store_true",
+                        help="GRPO with every scored token weighted alike (evoharness grpo --no-episode-level-loss) "
+                             "[default: the preset's, every episode alike]")
     args = parser.parse_args()
     db = os.environ.get("EVOHARNESS_DB", ".evoharness/warehouse.duckdb")
     if "data" in args.stages:
@@ -229,7 +230,7 @@ def main() -> None:
     if args.grpo_steps:
         grpo_settings[grpo_settings.index("--max-steps") + 1] = str(args.grpo_steps)
     grpo = ["evoharness", "grpo", "--parent-version", students.get("bpe", "?"), *grpo_settings,
-            *(["--episode-level-loss"] if args.episode_level_loss else [])]
+            *(["--no-episode-level-loss"] if args.token_level_loss else [])]
     if "grpo" in args.stages:
         run(grpo)
     if "dagger" in args.stages:

@@ -147,8 +147,9 @@ def grpo_command(
                                                              "tokens that were a choice].")] = False,
     avoid_repeats: Annotated[bool, typer.Option(help="Rollouts leave out environment commands already issued in "
                                                      "the same state (as `evaluate --avoid-repeats`).")] = False,
-    episode_level_loss: Annotated[bool, typer.Option(help="Weigh every episode equally in the loss [default: every "
-                                                          "scored token equally].")] = False,
+    episode_level_loss: Annotated[bool | None, typer.Option(help="Weigh every episode equally in the loss, or (no-) "
+                                                                 "every scored token [default: preset: episodes for "
+                                                                 "small, tokens otherwise].")] = None,
     per_device_train_batch_size: Annotated[int | None, typer.Option(help="Turn samples per forward pass "
                                                                          "[default: 8].")] = None,
     save_steps: Annotated[int | None, typer.Option(help="Checkpoint every N steps; a rerun resumes "
@@ -172,7 +173,7 @@ def grpo_command(
                                          temperature=temperature, scale_rewards=scale_rewards,
                                          forced_tokens_in_loss=forced_tokens_in_loss or None,
                                          avoid_repeats=avoid_repeats or None,
-                                         episode_level_loss=episode_level_loss or None,
+                                         episode_level_loss=episode_level_loss,
                                          per_device_train_batch_size=per_device_train_batch_size,
                                          save_steps=save_steps, vllm_server_url=vllm_server_url, seed=seed)
         if curriculum_from is not None:

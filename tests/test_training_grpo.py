@@ -63,6 +63,8 @@ def test_presets() -> None:
     small = GRPOSettings.for_base("small")
     assert small.episode_steps == CollectionConfig.max_steps  # the budget in every SFT prompt ("Step k/70")
     assert not small.forced_tokens_in_loss and not paper.forced_tokens_in_loss
+    assert small.episode_level_loss and not paper.episode_level_loss  # token-weighted lost the 1-epoch student games
+    assert not GRPOSettings.for_base("small", episode_level_loss=False).episode_level_loss
     tiny = GRPOSettings.for_base("tiny", max_steps=3)
     assert (tiny.games_per_step, tiny.num_generations, tiny.games_limit, tiny.max_steps, tiny.lora) == (2, 4, 32, 3,
                                                                                                          None)
@@ -332,7 +334,8 @@ def test_a_switch_added_later_leaves_the_ids_of_earlier_versions_alone() -> None
     """``avoid_repeats`` off is left out of the id: the GRPO version trained before it existed (students.json's
     expert-grpo-fa47c632d8de) keeps its id for the same command; on, it is another training."""
     settings = GRPOSettings.for_base("small", max_steps=28, games_per_step=4, num_generations=4, learning_rate=1e-4,
-                                     save_steps=4, bf16=True)  # it trained on a CPU with bf16 units
+                                     save_steps=4, bf16=True,  # it trained on a CPU with bf16 units
+                                     episode_level_loss=False)  # and before the preset weighed episodes
     assert version_id("expert", "grpo", "expert-sft-29dcf9a1cd6c", settings) == "expert-grpo-fa47c632d8de"
     guarded = settings.model_copy(update={"avoid_repeats": True})
     assert version_id("expert", "grpo", "expert-sft-29dcf9a1cd6c", guarded) != "expert-grpo-fa47c632d8de"
