@@ -55,6 +55,19 @@ def test_the_action_follows_only_admissible_continuations(tokenizer) -> None:
     assert tokenizer.eos_token_id not in constraint.allowed(tokenizer.encode("<think>\nI", add_special_tokens=False))
 
 
+@pytest.mark.parametrize("text", ["", "<th", "<think>\n", "<think>\n ", "<think>\nI", "<think>\nI go to the fridge 1",
+                                  "<think>\nI go.\n", "<think>\nI go.\n</thi", "<think>\nI go.\n</think>\n\n<act"])
+def test_the_tokens_allowed_before_the_action_are_those_the_grammar_accepts(tokenizer, text: str) -> None:
+    """The cached lists a thought reuses equal filtering the whole vocabulary through the grammar."""
+    from evoharness.teachers.clients.constrained import _grammatical
+
+    constraint = ActionConstraint(tokenizer, ActionSpace(COMMANDS))
+    pieces = [tokenizer.decode([t], skip_special_tokens=False) for t in range(len(tokenizer))]
+    grammatical = {t for t, piece in enumerate(pieces) if piece and _grammatical(text + piece)}
+    allowed = constraint.allowed(tokenizer.encode(text, add_special_tokens=False))
+    assert grammatical and set(allowed) == grammatical and len(allowed) == len(grammatical)
+
+
 def test_choices_mark_the_tokens_that_had_an_alternative(tokenizer) -> None:
     """Free thought tokens and the pick between commands are choices; a command's forced tail is not."""
     constraint = ActionConstraint(tokenizer, ActionSpace(COMMANDS, meta=False))

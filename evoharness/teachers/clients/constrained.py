@@ -77,7 +77,8 @@ class ActionConstraint:
     def __init__(self, tokenizer: Any, space: ActionSpace) -> None:
         self.tokenizer = tokenizer
         self.eos: int = tokenizer.eos_token_id
-        self.pieces, self.plain, self.markup, self.no_eos = _vocabulary(tokenizer)
+        self.vocabulary = _vocabulary(tokenizer)
+        self.pieces, self.plain, self.markup = self.vocabulary.pieces, self.vocabulary.plain, self.vocabulary.markup
         self.trie = _Trie()
         for command in space.commands:
             self.trie.add(self._ids(command + ACTION_CLOSE) + [self.eos])
@@ -115,14 +116,19 @@ class ActionConstraint:
         return [len(self.allowed(completion[:i])) > 1 for i in range(len(completion))]
 
     def _thinking(self, text: str) -> list[int]:
-        """Before ``<action>``: tokens that keep ``text`` a prefix of ``<think>\n`` thought ``\n</think>…<action>``."""
+        """Before ``<action>``: tokens that keep ``text`` a prefix of ``<think>\n`` thought ``\n</think>…<action>``
+        (an ungrammatical ``text`` can only end). Which tokens qualify depends on the thought only through
+        whether it has content, so the lists come from the vocabulary's cache."""
+        if not _grammatical(text):
+            return [self.eos]
         thought = text[len(THINK_OPEN):]
-        if len(text) < len(THINK_OPEN) or "\n" in thought or len(thought) >= MAX_THOUGHT_CHARS:
-            # opening the thought, or closing it (a thought longer than MAX_THOUGHT_CHARS must close now)
-            closing = self.markup if "\n" not in thought and len(thought) >= MAX_THOUGHT_CHARS else \
-                self.markup + self.plain
-            return [t for t in closing if _grammatical(text + self.pieces[t])] or [self.eos]
-        return self.plain + [t for t in self.markup if _grammatical(text + self.pieces[t])]
+        if len(text) < len(THINK_OPEN):  # opening the thought
+            return self.vocabulary.grammatical_after(text) or [self.eos]
+        if "\n" in thought:  # the thought has closed: on to <action>
+            return self.vocabulary.grammatical_after(THINK_OPEN + "x" + thought[thought.index("\n"):]) or [self.eos]
+        if len(thought) >= MAX_THOUGHT_CHARS:  # too long: it must close now
+            return [t for t in self.markup if _grammatical(text + self.pieces[t])] or [self.eos]
+        return self.vocabulary.grammatical_after(THINK_OPEN + ("x" if thought.strip() else ""))
 
     def _free_argument(self, argument: list[int]) -> list[int]:
         """A meta-action's argument: free text up to ``]</action>``, which is forced past MAX_ARGUMENT_CHARS."""
@@ -170,17 +176,36 @@ def _argument_ok(text: str) -> bool:
     return "\n" not in head and head.endswith("]") and ACTION_CLOSE.startswith(tail)
 
 
-_VOCABULARIES: dict[int, tuple[list[str], list[int], list[int], list[int]]] = {}
+@dataclass
+class _Vocabulary:
+    """One tokenizer's tokens as the grammar sees them: each token's text, the plain tokens (no tag, no newline)
+    and the markup tokens."""
+
+    pieces: list[str]
+    plain: list[int]
+    markup: list[int]
+    _grammatical_after: dict[str, list[int]] = field(default_factory=dict)
+
+    def grammatical_after(self, text: str) -> list[int]:
+        """The tokens that keep ``text`` + token grammatical (:func:`_grammatical`), built once per ``text``:
+        callers pass a few representative texts (see ``ActionConstraint._thinking``) and must not change the
+        list."""
+        if text not in self._grammatical_after:
+            self._grammatical_after[text] = [t for t in self.markup + self.plain
+                                             if _grammatical(text + self.pieces[t])]
+        return self._grammatical_after[text]
 
 
-def _vocabulary(tokenizer: Any) -> tuple[list[str], list[int], list[int], list[int]]:
-    """Per tokenizer, once: each token's text, the plain tokens (no tag, no newline), the markup tokens, and
-    every token but the end of turn."""
+_VOCABULARIES: dict[int, _Vocabulary] = {}
+
+
+def _vocabulary(tokenizer: Any) -> _Vocabulary:
+    """Per tokenizer, once: its :class:`_Vocabulary` (the end-of-turn token is neither plain nor markup)."""
     key = id(tokenizer)
     if key not in _VOCABULARIES:
         eos = tokenizer.eos_token_id
         pieces = [tokenizer.decode([t], skip_special_tokens=False) for t in range(len(tokenizer))]
         plain = [t for t, text in enumerate(pieces) if text and "<" not in text and "\n" not in text and t != eos]
         markup = [t for t, text in enumerate(pieces) if text and ("<" in text or "\n" in text)]
-        _VOCABULARIES[key] = (pieces, plain, markup, [t for t in range(len(pieces)) if t != eos])
+        _VOCABULARIES[key] = _Vocabulary(pieces, plain, markup)
     return _VOCABULARIES[key]
