@@ -117,8 +117,9 @@ class ActionConstraint:
 
     def _thinking(self, text: str) -> list[int]:
         """Before ``<action>``: tokens that keep ``text`` a prefix of ``<think>\n`` thought ``\n</think>…<action>``
-        (an ungrammatical ``text`` can only end). Which tokens qualify depends on the thought only through
-        whether it has content, so the lists come from the vocabulary's cache."""
+        (an ungrammatical ``text`` can only end). Which tokens qualify depends only on where ``text`` stands
+        (opening the thought; inside it, blank or not; past its newline), so those lists come from the
+        vocabulary's cache; only a thought at its length limit is filtered here."""
         if not _grammatical(text):
             return [self.eos]
         thought = text[len(THINK_OPEN):]
@@ -200,7 +201,7 @@ _VOCABULARIES: dict[int, _Vocabulary] = {}
 
 
 def _vocabulary(tokenizer: Any) -> _Vocabulary:
-    """Per tokenizer, once: its :class:`_Vocabulary` (the end-of-turn token is neither plain nor markup)."""
+    """Per tokenizer, once: its :class:`_Vocabulary`."""
     key = id(tokenizer)
     if key not in _VOCABULARIES:
         eos = tokenizer.eos_token_id
