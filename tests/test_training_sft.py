@@ -183,3 +183,19 @@ def test_a_checkpoint_cut_short_by_a_kill_is_not_resumed_from(tmp_path: Path) ->
             (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(state)
     assert newest_checkpoint(tmp_path) == str(tmp_path / "checkpoint-4")
     assert newest_checkpoint(tmp_path / "absent") is None
+
+
+@pytest.mark.parametrize(("batch", "per_device", "processes", "layout"),
+                         [(16, 16, 1, (16, 1)), (16, 16, 2, (8, 1)), (16, 4, 2, (4, 2)), (16, 4, 1, (4, 4)),
+                          (4, 8, 1, (4, 1))])
+def test_batch_size_is_the_examples_per_optimizer_step_over_every_process(batch: int, per_device: int, processes: int,
+                                                                          layout: tuple[int, int]) -> None:
+    """`accelerate launch` with two processes trains the same batch_size per step as one process (before, each
+    process took per_device_batch_size: twice the batch)."""
+    settings = SFTSettings.tiny_student(batch_size=batch, per_device_batch_size=per_device)
+    per_step, accumulation = settings.batch_layout(processes)
+    assert (per_step, accumulation) == layout and per_step * accumulation * processes == batch
+    with pytest.raises(ValueError, match="split evenly"):
+        SFTSettings.tiny_student(batch_size=3, per_device_batch_size=1).batch_layout(2)
+    with pytest.raises(ValueError, match="not a multiple"):
+        SFTSettings.tiny_student(batch_size=12, per_device_batch_size=8).batch_layout(1)

@@ -9,6 +9,7 @@ Qwen3 one of a hub base as well as the tiny student's copy of it.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -116,9 +117,18 @@ class SFTSettings(BaseModel):
         """The size of the student built here."""
         return self.student_spec or STUDENT_PRESETS[self.base_model]
 
-    @property
-    def gradient_accumulation_steps(self) -> int:
-        return max(1, self.batch_size // self.per_device_batch_size)
+    def batch_layout(self, processes: int) -> tuple[int, int]:
+        """(examples per forward pass on each process, accumulation steps) that make ``batch_size`` examples per
+        optimizer step over ``processes`` data-parallel processes: the same training on one process or several."""
+        per_process, rest = divmod(self.batch_size, processes)
+        if rest or per_process == 0:
+            raise ValueError(f"batch_size {self.batch_size} cannot be split evenly over {processes} processes")
+        per_device = min(self.per_device_batch_size, per_process)
+        accumulation, rest = divmod(per_process, per_device)
+        if rest:
+            raise ValueError(f"{per_process} examples per process per step are not a multiple of "
+                             f"per_device_batch_size {per_device}")
+        return per_device, accumulation
 
 
 @dataclass
@@ -263,12 +273,13 @@ def train_sft(dataset_path: str, output_dir: str | Path, settings: SFTSettings,
     base = _base_model(settings, train, output / "base")
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base, dtype="auto")
+    # the launcher's world size (accelerate launch / torchrun): batch_size stays the examples per optimizer step
+    per_device, accumulation = settings.batch_layout(int(os.environ.get("WORLD_SIZE", "1")))
     config = SFTConfig(
         output_dir=str(output / "checkpoints"), num_train_epochs=settings.epochs, max_steps=settings.max_steps or -1,
         learning_rate=settings.learning_rate, lr_scheduler_type=settings.lr_scheduler,
-        warmup_steps=settings.warmup_ratio, per_device_train_batch_size=settings.per_device_batch_size,
-        per_device_eval_batch_size=settings.per_device_batch_size,
-        gradient_accumulation_steps=settings.gradient_accumulation_steps, max_length=settings.max_length,
+        warmup_steps=settings.warmup_ratio, per_device_train_batch_size=per_device,
+        per_device_eval_batch_size=per_device, gradient_accumulation_steps=accumulation, max_length=settings.max_length,
         completion_only_loss=True, bf16=settings.bf16, use_cpu=not torch.cuda.is_available(), seed=settings.seed,
         logging_steps=settings.logging_steps,
         logging_first_step=True,
