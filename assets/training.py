@@ -154,6 +154,8 @@ class GRPORunConfig(dg.Config):
                                                "decoding forced (None: the preset, off).")
     avoid_repeats: bool | None = Field(default=None, description="Rollouts leave out environment commands already "
                                        "issued in the same state (None: the preset, off).")
+    guided_per_group: int | None = Field(default=None, description="Episodes of each group that decode without "
+                                         "repeats, the rest as the policy samples (None: the preset, 0).")
     episode_level_loss: bool | None = Field(default=None, description="Weigh every episode equally in the loss "
                                             "(None: the preset: on for small, else every scored token equally).")
     per_device_train_batch_size: int | None = Field(default=None, description="Turn samples per forward pass.")

@@ -67,7 +67,7 @@ def run(command: list[str]) -> None:
 def versions(db: str) -> list[dict]:
     with Warehouse(db, read_only=True) as wh:  # waits while a running stage holds the file
         cursor = wh.con.execute("SELECT model_version, stage, parent_version, settings, parameters, seconds, "
-                                "tokens_seen, rollout_history "
+                                "tokens_seen, rollout_history, run_id "
                                 "FROM model_versions WHERE base_model = 'small' OR parent_version IS NOT NULL "
                                 "ORDER BY created_at")
         names = [d[0] for d in cursor.description]
@@ -131,6 +131,7 @@ def grpo_command(parent: str, settings: dict) -> list[str]:
             *(["--call-cost", str(call_cost)] if call_cost else []),
             *(["--repeat-cap", str(repeat_cap)] if repeat_cap != RewardConfig().repeat_cap else []),
             *(["--avoid-repeats"] if settings.get("avoid_repeats") else []),
+            *(["--guided-per-group", str(settings["guided_per_group"])] if settings.get("guided_per_group") else []),
             "--episode-level-loss" if settings.get("episode_level_loss") else "--no-episode-level-loss",
             *(["--seed", str(settings["seed"])] if settings.get("seed") else []),
             *(["--forced-tokens-in-loss"] if forced else [])]
@@ -164,10 +165,11 @@ def dagger_commands(db: str, parent: str, settings: dict) -> list[list[str]]:
 
 def write_results(db: str, commands: dict[str, list[list[str]]]) -> None:
     """One run per model version played greedily, and one more per version also played without repeats. Runs
-    already in the file from versions this warehouse does not hold (an earlier warehouse's) are kept."""
-    held = {row["model_version"] for row in versions(db)}
+    already in the file from trainings this warehouse does not hold (an earlier warehouse's, told apart by the
+    training's run id: the same command on another machine trains the same version id anew) are kept."""
+    held = {(row["model_version"], row["run_id"]) for row in versions(db)}
     earlier = json.loads(RESULTS.read_text())["runs"] if RESULTS.is_file() else []
-    runs = [r for r in earlier if r.get("model_version", r["name"]) not in held]
+    runs = [r for r in earlier if (r.get("model_version", r["name"]), r.get("run_id")) not in held]
     for row in versions(db):
         settings = json.loads(row["settings"])
         name = row["model_version"]
@@ -176,7 +178,7 @@ def write_results(db: str, commands: dict[str, list[list[str]]]) -> None:
         made = [" ".join(c) for c in commands.get(name, [])]
         run = {"name": name, "model_version": name, "decoding": "greedy", "stage": stage, "mode": view,
                "parameters": row["parameters"], "parent_version": row["parent_version"],
-               "train_seconds": round(row["seconds"], 1), "tokens_seen": row["tokens_seen"]}
+               "train_seconds": round(row["seconds"], 1), "tokens_seen": row["tokens_seen"], "run_id": row["run_id"]}
         parent = row["parent_version"]
         runs.append(run | evaluation(db, name) | (against_parent(db, name, parent) if parent else {}) |
                     (grpo_curve(row) if row["stage"] == "grpo" else {}) | {"command": made})

@@ -147,6 +147,10 @@ def grpo_command(
                                                              "tokens that were a choice].")] = False,
     avoid_repeats: Annotated[bool, typer.Option(help="Rollouts leave out environment commands already issued in "
                                                      "the same state (as `evaluate --avoid-repeats`).")] = False,
+    guided_per_group: Annotated[int | None, typer.Option(help="Episodes of each group that decode without repeats, "
+                                                              "the rest as the policy samples: a guided win against "
+                                                              "the policy's own loop is the group's contrast "
+                                                              "[default: 0].")] = None,
     episode_level_loss: Annotated[bool | None, typer.Option(help="Weigh every episode equally in the loss, or (no-) "
                                                                  "every scored token [default: preset: episodes for "
                                                                  "small, tokens otherwise].")] = None,
@@ -172,7 +176,7 @@ def grpo_command(
                                          episode_steps=episode_steps, max_new_tokens=max_new_tokens,
                                          temperature=temperature, scale_rewards=scale_rewards,
                                          forced_tokens_in_loss=forced_tokens_in_loss or None,
-                                         avoid_repeats=avoid_repeats or None,
+                                         avoid_repeats=avoid_repeats or None, guided_per_group=guided_per_group,
                                          episode_level_loss=episode_level_loss,
                                          per_device_train_batch_size=per_device_train_batch_size,
                                          save_steps=save_steps, vllm_server_url=vllm_server_url, seed=seed)

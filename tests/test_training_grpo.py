@@ -152,6 +152,51 @@ def test_rollouts_avoiding_repeats_never_repeat_a_command_in_a_state(tmp_path: P
             GRPOSettings.tiny_student(avoid_repeats=True, vllm_server_url="http://127.0.0.1:8000")
 
 
+def test_guided_episodes_are_the_first_of_each_group_and_only_they_avoid_repeats(tmp_path: Path) -> None:
+    """With ``guided_per_group`` 1 of groups of 2, the first episode of each group (by its position in the step's
+    global batch, so a second process's share is guided alike) decodes without repeats and the second loops as the
+    near-greedy untrained model does."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from evoharness.testing.replay import state_repeats
+    from evoharness.testing.tiny_hf import build_tiny_qwen3
+    from evoharness.training.grpo import rollout_engine, training_games
+
+    path = build_tiny_qwen3(tmp_path / "m")
+    settings = GRPOSettings.tiny_student(episode_steps=10, max_new_tokens=256, temperature=1e-3, num_generations=2,
+                                         guided_per_group=1)
+    engine = rollout_engine(settings, None, None, None)
+    try:  # positions 2 and 3 of the step: the second group, as another process would play it
+        played = engine.play(training_games(settings)[:1] * 2, AutoModelForCausalLM.from_pretrained(path),
+                             AutoTokenizer.from_pretrained(path), round_id=0, first_index=2)
+    finally:
+        engine.close()
+    assert [r.guided for r in played] == [True, False]
+    in_state = [state_repeats(r.record.spec.game, r.record.spec.seed, [(s.kind, s.action) for s in r.record.steps])
+                for r in played]
+    assert in_state[0] == 0 and in_state[1] > 0
+
+
+@pytest.mark.parametrize("settings", [{"guided_per_group": 4}, {"guided_per_group": 1, "avoid_repeats": True},
+                                      {"guided_per_group": 1, "vllm_server_url": "http://127.0.0.1:8000"}])
+def test_guided_episodes_leave_one_to_the_policy_and_need_constrained_decoding(settings: dict) -> None:
+    with pytest.raises(ValueError, match="guided_per_group"):
+        GRPOSettings.tiny_student(num_generations=4, **settings)
+
+
+def test_guided_runs_draw_the_success_of_the_policy_and_the_guided_episodes_apart() -> None:
+    from evoharness.reporting.training_curves import grpo_curve_table, grpo_curves_png
+
+    history = [{"step": 1, "reward": 1.0, "episode/success": 0.5, "episode/success_unguided": 0.25,
+                "episode/success_guided": 0.75}, {"step": 2, "reward": 2.0, "episode/success": 0.5}]
+    columns, rows = grpo_curve_table(history)
+    assert columns == ["step", "reward", "episode/success", "episode/success_unguided", "episode/success_guided"]
+    assert rows == [[1, 1.0, 0.5, 0.25, 0.75], [2, 2.0, 0.5, None, None]]
+    assert grpo_curves_png("v", history).startswith(b"\x89PNG")
+    assert GRPOSettings.tiny_student(num_generations=4, guided_per_group=1).guided(4)
+    assert not GRPOSettings.tiny_student(num_generations=4, guided_per_group=1).guided(5)
+
+
 def test_grpo_version_plays_trains_and_is_reused(curated_db: Path, tmp_path: Path) -> None:
     logs: list[dict[str, float]] = []
     with Warehouse(curated_db) as wh:
@@ -273,6 +318,28 @@ def test_episode_level_loss_reaches_the_update(tiny_grpo, tmp_path: Path) -> Non
     assert any(not torch.equal(a, b) for a, b in zip(*trained, strict=True))
 
 
+def test_a_guided_run_logs_the_policys_own_success_apart_from_the_guided_episodes(tiny_grpo, tmp_path: Path) -> None:
+    """Fixed rollouts whose first member of each group is marked guided: the step's log has the success of the
+    guided episodes and of the policy's own apart, each computed from its episodes."""
+    from dataclasses import replace
+
+    from evoharness.training.fixed_rollouts import FixedRollouts
+    from evoharness.training.grpo import build_grpo_trainer
+
+    model_dir, fixed, games = tiny_grpo
+    guided = FixedRollouts({key: replace(r, guided=key[1] == 0) for key, r in fixed.episodes.items()}, fixed.group)
+    settings = GRPOSettings.tiny_student(games_limit=2, games_per_step=2, num_generations=2, max_steps=1,
+                                         save_steps=None)
+    trainer = build_grpo_trainer(str(model_dir), tmp_path, settings, guided)
+    trainer.train()
+    [logged] = [h for h in trainer.state.log_history if "episode/success" in h]
+    success = {member: sum(fixed.episodes[(g, member)].record.won for g in games[:2]) / 2 for member in (0, 1)}
+    assert success[0] != success[1]  # the 30-step and the 4-step member: the split is visible
+    assert logged["episode/success_guided"] == pytest.approx(success[0])
+    assert logged["episode/success_unguided"] == pytest.approx(success[1])
+    assert logged["episode/success"] == pytest.approx((success[0] + success[1]) / 2)
+
+
 RESUMABLE = GRPOSettings.tiny_student(games_limit=2, games_per_step=1, num_generations=2, max_steps=4,
                                       per_device_train_batch_size=8, save_steps=1, learning_rate=1e-3)
 KILLED_RUN = """
@@ -337,8 +404,9 @@ def test_a_switch_added_later_leaves_the_ids_of_earlier_versions_alone() -> None
                                      save_steps=4, bf16=True,  # it trained on a CPU with bf16 units
                                      episode_level_loss=False)  # and before the preset weighed episodes
     assert version_id("expert", "grpo", "expert-sft-29dcf9a1cd6c", settings) == "expert-grpo-fa47c632d8de"
-    guarded = settings.model_copy(update={"avoid_repeats": True})
-    assert version_id("expert", "grpo", "expert-sft-29dcf9a1cd6c", guarded) != "expert-grpo-fa47c632d8de"
+    for switch in ({"avoid_repeats": True}, {"guided_per_group": 1}):
+        switched = settings.model_copy(update=switch)
+        assert version_id("expert", "grpo", "expert-sft-29dcf9a1cd6c", switched) != "expert-grpo-fa47c632d8de"
 
 
 def test_a_replicate_with_another_seed_is_its_own_version_and_its_command_names_the_seed() -> None:

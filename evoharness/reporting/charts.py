@@ -56,7 +56,8 @@ def panels_chart_png(panels: Mapping[str, Mapping[str, Sequence[Sequence[float]]
         ax.set_title(name, fontsize=10)
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.lines:
+            ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=11)
     return _png(fig)
 

@@ -10,6 +10,9 @@ from evoharness.reporting.charts import panels_chart_png
 
 EPISODE_CURVES = {"success": "episode/success", "harness calls / episode": "episode/harness_calls",
                   "turns / episode": "episode/turns", "repeats / episode": "episode/repeats"}
+SUCCESS_CURVES = {"success": "episode/success", "policy's own episodes": "episode/success_unguided",
+                  "guided episodes": "episode/success_guided"}
+"""Success of every episode, and of the unguided and guided ones apart when some episodes decode without repeats."""
 
 
 def _points(history: Sequence[Mapping[str, Any]], key: str) -> list[tuple[float, float]]:
@@ -24,7 +27,7 @@ def reward_term_keys(history: Sequence[Mapping[str, Any]]) -> list[str]:
 def grpo_curves_png(model_version: str, history: Sequence[Mapping[str, Any]]) -> bytes:
     """Success, harness calls and turns per episode, and each reward term's mean, by optimizer step."""
     panels = {
-        "success": {"success": _points(history, EPISODE_CURVES["success"])},
+        "success": {name: _points(history, key) for name, key in SUCCESS_CURVES.items()},
         "per episode": {name: _points(history, key) for name, key in EPISODE_CURVES.items() if name != "success"},
         "reward terms (mean)": {k.removeprefix("rewards/").removesuffix("/mean"): _points(history, k)
                                 for k in reward_term_keys(history)},
@@ -34,7 +37,7 @@ def grpo_curves_png(model_version: str, history: Sequence[Mapping[str, Any]]) ->
 
 def grpo_curve_table(history: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[Any]]]:
     """The same curves as a table: one row per logged step (columns absent from the history are left out)."""
-    keys = ["reward", *EPISODE_CURVES.values(), *reward_term_keys(history)]
+    keys = ["reward", *dict.fromkeys([*EPISODE_CURVES.values(), *SUCCESS_CURVES.values()]), *reward_term_keys(history)]
     keys = [k for k in keys if any(k in h for h in history)]
     rows = [[int(h["step"]), *(None if h.get(k) is None else round(float(h[k]), 4) for k in keys)]
             for h in history if any(k in h for k in keys)]

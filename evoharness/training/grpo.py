@@ -81,6 +81,10 @@ class GRPOSettings(BaseModel):
     avoid_repeats: bool = Field(default=False, description=(
         "Rollouts decode as `evaluate --avoid-repeats` plays: constrained decoding leaves out the environment "
         "commands the episode already issued in the same state (not with a vLLM server)."))
+    guided_per_group: int = Field(default=0, ge=0, description=(
+        "Episodes of each group that decode without repeats (as avoid_repeats), the rest as the policy samples: "
+        "where the policy loops to a loss and a guided episode of the same game wins, the group's advantages push "
+        "up the command the guard chose in place of the repeat and push down the loop. 0: none."))
     bf16: bool = Field(default=False, description="bf16 mixed precision in the training passes (GPUs; CPUs with "
                        "bf16 units). Rollouts generate with the weights as stored.")
     gradient_checkpointing: bool = Field(default=True, description="Recompute activations in the backward pass "
@@ -99,9 +103,19 @@ class GRPOSettings(BaseModel):
 
     @model_validator(mode="after")
     def _repeats_need_constraints(self) -> GRPOSettings:
-        if self.avoid_repeats and self.vllm_server_url is not None:
-            raise ValueError("avoid_repeats works through constrained decoding, which a vLLM server does not apply")
+        if (self.avoid_repeats or self.guided_per_group) and self.vllm_server_url is not None:
+            raise ValueError("avoid_repeats and guided_per_group work through constrained decoding, which a vLLM "
+                             "server does not apply")
+        if self.guided_per_group and (self.avoid_repeats or self.guided_per_group >= self.num_generations):
+            raise ValueError(f"guided_per_group ({self.guided_per_group}) guides some of a group's "
+                             f"{self.num_generations} episodes and leaves at least one to the policy (avoid_repeats "
+                             "guides them all)")
         return self
+
+    def guided(self, position: int) -> bool:
+        """Whether the episode at ``position`` in a step's batch (groups of ``num_generations`` in a row) is
+        guided: every one under avoid_repeats, else the first ``guided_per_group`` of each group."""
+        return self.avoid_repeats or position % self.num_generations < self.guided_per_group
 
     @model_validator(mode="after")
     def _episode_weights_need_a_token_loss(self) -> GRPOSettings:
@@ -121,7 +135,7 @@ class GRPOSettings(BaseModel):
                                                        "vllm_server_url"})
     """Fields that change how a run executes, not what it trains: not part of a model version's id."""
     ID_OMITTED_WHEN_OFF: ClassVar[frozenset[str]] = frozenset({"avoid_repeats", "games", "games_from",
-                                                               "episode_level_loss"})
+                                                               "episode_level_loss", "guided_per_group"})
     """Switches added after versions were trained: left out of the id while off, so those versions keep theirs."""
 
     @classmethod
@@ -325,10 +339,15 @@ def _trainer_class() -> type:
                                                    .float().mean().item())
             local = torch.tensor([[len(stats), sum(s.won for s in stats), sum(s.turns for s in stats),
                                    sum(s.harness_calls for s in stats), sum(s.invalid for s in stats),
-                                   sum(s.repeats for s in stats), sum(r.record.status == "failed" for r in played)]],
+                                   sum(s.repeats for s in stats), sum(r.record.status == "failed" for r in played),
+                                   sum(r.guided for r in played), sum(s.won for s, r in zip(stats, played) if r.guided)]],
                                  dtype=torch.float64, device=self.accelerator.device)
-            n, won, turns, calls, invalid, repeats, failed = self.accelerator.gather(local).sum(dim=0).tolist()
+            n, won, turns, calls, invalid, repeats, failed, guided, guided_won = \
+                self.accelerator.gather(local).sum(dim=0).tolist()
             metrics["episode/success"].append(won / n)
+            if guided:  # the policy's own episodes and the guided ones apart: is the policy learning what the guard does?
+                metrics["episode/success_unguided"].append((won - guided_won) / (n - guided))
+                metrics["episode/success_guided"].append(guided_won / guided)
             metrics["episode/turns"].append(turns / n)
             metrics["episode/harness_calls"].append(calls / n)
             metrics["episode/invalid"].append(invalid / n)
@@ -617,7 +636,7 @@ def rollout_engine(settings: GRPOSettings, bank: ExperienceBankData | None, data
         load_prompt_set(prompt_set), run_settings,
         Sampling(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature),
         data_root=data_root, engine=engine, vllm_server_url=settings.vllm_server_url,
-        avoid_repeats=settings.avoid_repeats,
+        guided=settings.guided,
     )
 
 

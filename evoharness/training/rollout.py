@@ -8,6 +8,7 @@ token ids, which become the per-turn training samples of GRPO.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,10 +35,12 @@ class TurnTokens:
 
 @dataclass
 class Rollout:
-    """A played episode and its turns' tokens (``turns`` and ``record.steps`` correspond one to one)."""
+    """A played episode and its turns' tokens (``turns`` and ``record.steps`` correspond one to one); ``guided``:
+    it decoded without repeats (:class:`RepeatGuard`)."""
 
     record: EpisodeRecord
     turns: list[TurnTokens]
+    guided: bool = False
 
 
 @dataclass
@@ -73,25 +76,26 @@ class ModelPolicy:
     generator: BatchGenerator
     sampling: Sampling
     constrain_actions: bool = True
-    avoid_repeats: bool = False  # constrained decoding leaves out commands already issued in the same state
+    guided: frozenset[str] = frozenset()  # episodes whose decoding leaves out commands issued in the same state
     name: str = "grpo-rollout"
     needs_expert: bool = False
     sessions: dict[str, ModelSession] = field(default_factory=dict)
 
     def start_episode(self, episode_id: str, objective: str) -> ModelSession:
-        session = ModelSession(self, repeats=RepeatGuard() if self.avoid_repeats else None)
+        session = ModelSession(self, repeats=RepeatGuard() if episode_id in self.guided else None)
         self.sessions[episode_id] = session
         return session
 
 
 class RolloutEngine:
-    """Plays groups of episodes of the model on named games (fast engine in-process by default)."""
+    """Plays groups of episodes of the model on named games (fast engine in-process by default). ``guided(position)``
+    says which episodes of a step (by their position in its global batch) decode without repeats (none by default)."""
 
     def __init__(self, prompt_set: PromptSet, settings: RunSettings, sampling: Sampling, max_batch: int = 16,
                  data_root: str | None = None, engine: str | None = None,
-                 vllm_server_url: str | None = None, avoid_repeats: bool = False) -> None:
+                 vllm_server_url: str | None = None, guided: Callable[[int], bool] | None = None) -> None:
         self.prompt_set, self.settings, self.sampling, self.max_batch = prompt_set, settings, sampling, max_batch
-        self.vllm_server_url, self.avoid_repeats = vllm_server_url, avoid_repeats
+        self.vllm_server_url, self.guided = vllm_server_url, guided or (lambda position: False)
         self.catalog = GameCatalog(data_root)
         self.pool = EnvPool(workers=0 if engine in (None, "fast") else None, engine=engine)
         self.bank_label = f"{settings.bank.bank_id}@v{settings.bank.version}"
@@ -101,13 +105,14 @@ class RolloutEngine:
         """One episode per entry of ``game_ids`` (repeats of a game are a GRPO group, told apart by seed). The
         episodes are entries ``first_index``… of the step's global batch (another process plays the others):
         seeds follow the global position, so the episodes do not depend on the number of processes."""
-        policy = ModelPolicy(self._generator(model, tokenizer), self.sampling, avoid_repeats=self.avoid_repeats)
         specs = [
-            EpisodeSpec(teacher=f"{policy.name}-{round_id}", game=self.catalog.get(game_id), mode=Mode.BPE,
+            EpisodeSpec(teacher=f"{ModelPolicy.name}-{round_id}", game=self.catalog.get(game_id), mode=Mode.BPE,
                         seed=first_index + index, max_steps=self.settings.budget.max_steps, prompt_id=self.prompt_set.prompt_id,
                         prompt_sha=self.prompt_set.sha256, bank=self.bank_label)
             for index, game_id in enumerate(game_ids)
         ]
+        guided = frozenset(spec.episode_id for spec in specs if self.guided(spec.seed))
+        policy = ModelPolicy(self._generator(model, tokenizer), self.sampling, guided=guided)
         was_training = model.training
         model.eval()
         try:
@@ -115,7 +120,7 @@ class RolloutEngine:
         finally:
             model.train(was_training)
         return [Rollout(record, policy.sessions[record.spec.episode_id].turns
-                        if record.spec.episode_id in policy.sessions else [])
+                        if record.spec.episode_id in policy.sessions else [], record.spec.episode_id in guided)
                 for record in records]
 
     def _generator(self, model: Any, tokenizer: Any) -> BatchGenerator:
