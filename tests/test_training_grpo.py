@@ -184,6 +184,14 @@ def test_guided_episodes_leave_one_to_the_policy_and_need_constrained_decoding(s
         GRPOSettings.tiny_student(num_generations=4, **settings)
 
 
+def test_a_guided_episode_keeps_a_positive_advantage_and_loses_a_negative_one() -> None:
+    from evoharness.training.grpo import wins_only_when_guided
+
+    advantages = torch.tensor([1.5, -1.5, 0.5, -0.5])
+    guided = torch.tensor([True, True, False, False])
+    assert wins_only_when_guided(advantages, guided).tolist() == [1.5, 0.0, 0.5, -0.5]
+
+
 def test_guided_runs_draw_the_success_of_the_policy_and_the_guided_episodes_apart() -> None:
     from evoharness.reporting.training_curves import grpo_curve_table, grpo_curves_png
 

@@ -249,7 +249,8 @@ def _trainer_class() -> type:
             per_func = self._calculate_rewards(rows, [row["prompt"] for row in inputs], completions, last_turns)
             rewards = (per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
             advantages = group_advantages(rewards, self.num_generations, self.scale_rewards)
-            local = advantages[first:first + len(inputs)]  # TRL's process_slice
+            local = wins_only_when_guided(advantages[first:first + len(inputs)],  # TRL's process_slice
+                                          torch.tensor([r.guided for r in played], device=device))
             self.turn_log.append({"round": round_id, "episodes": [
                 {"index": first + i, "game_id": row["game_id"], "turns": len(r.turns), "advantage": float(a)}
                 for i, (row, r, a) in enumerate(zip(inputs, played, local.tolist(), strict=True))]})
@@ -471,6 +472,16 @@ def group_advantages(rewards: Any, group: int, scale: str = "group") -> Any:
     if scale == "batch":
         return centred / (nanstd(rewards) + 1e-4)
     return centred / (nanstd(grouped, dim=1).repeat_interleave(group) + 1e-4)
+
+
+def wins_only_when_guided(advantages: Any, guided: Any) -> Any:
+    """A guided episode teaches by what it did better than its group only: its negative advantage becomes 0. Its
+    commands include the ones the guard chose in place of a repeat, which the policy gives a low probability;
+    pushing those further down teaches nothing the policy would play and drives their log-probabilities, and the
+    KL estimate exp(ref - logp), without bound (KL 444 at step 7 of a run at lr 3e-4 that pushed them down)."""
+    import torch
+
+    return torch.where(guided & (advantages < 0), torch.zeros_like(advantages), advantages)
 
 
 def episode_loss_tokens(rollout: Rollout, choices_only: bool = False) -> int:
