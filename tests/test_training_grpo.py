@@ -326,22 +326,29 @@ def test_episode_level_loss_reaches_the_update(tiny_grpo, tmp_path: Path) -> Non
     assert any(not torch.equal(a, b) for a, b in zip(*trained, strict=True))
 
 
-def test_a_guided_run_logs_the_policys_own_success_apart_from_the_guided_episodes(tiny_grpo, tmp_path: Path) -> None:
+@pytest.mark.parametrize("all_guided", [False, True])
+def test_a_guided_run_logs_the_policys_own_success_apart_from_the_guided_episodes(tiny_grpo, tmp_path: Path,
+                                                                                 all_guided: bool) -> None:
     """Fixed rollouts whose first member of each group is marked guided: the step's log has the success of the
-    guided episodes and of the policy's own apart, each computed from its episodes."""
+    guided episodes and of the policy's own apart, each computed from its episodes. With every episode guided (as
+    under avoid_repeats) there is no such split."""
     from dataclasses import replace
 
     from evoharness.training.fixed_rollouts import FixedRollouts
     from evoharness.training.grpo import build_grpo_trainer
 
     model_dir, fixed, games = tiny_grpo
-    guided = FixedRollouts({key: replace(r, guided=key[1] == 0) for key, r in fixed.episodes.items()}, fixed.group)
+    guided = FixedRollouts({key: replace(r, guided=all_guided or key[1] == 0) for key, r in fixed.episodes.items()},
+                           fixed.group)
     settings = GRPOSettings.tiny_student(games_limit=2, games_per_step=2, num_generations=2, max_steps=1,
                                          save_steps=None)
     trainer = build_grpo_trainer(str(model_dir), tmp_path, settings, guided)
     trainer.train()
     [logged] = [h for h in trainer.state.log_history if "episode/success" in h]
     success = {member: sum(fixed.episodes[(g, member)].record.won for g in games[:2]) / 2 for member in (0, 1)}
+    if all_guided:
+        assert "episode/success_unguided" not in logged and "episode/success_guided" not in logged
+        return
     assert success[0] != success[1]  # the 30-step and the 4-step member: the split is visible
     assert logged["episode/success_guided"] == pytest.approx(success[0])
     assert logged["episode/success_unguided"] == pytest.approx(success[1])

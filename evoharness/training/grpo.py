@@ -217,10 +217,10 @@ def _trainer_class() -> type:
 
         def __init__(self, *args: Any, rollouts: RolloutSource, micro_batch_size: int,
                      repeats_at: str = "environment", forced_tokens_in_loss: bool = False,
-                     episode_level_loss: bool = False, **kwargs: Any) -> None:
+                     episode_level_loss: bool = False, guided_wins_only: bool = False, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.repeats_at, self.forced_tokens_in_loss = repeats_at, forced_tokens_in_loss
-            self.episode_level_loss = episode_level_loss
+            self.episode_level_loss, self.guided_wins_only = episode_level_loss, guided_wins_only
             if self.loss_type not in LOSS_NORMALIZATION:
                 raise ValueError(f"loss_type {self.loss_type!r} is not supported by the per-turn micro-batching "
                                  f"(supported: {sorted(LOSS_NORMALIZATION)})")
@@ -249,8 +249,9 @@ def _trainer_class() -> type:
             per_func = self._calculate_rewards(rows, [row["prompt"] for row in inputs], completions, last_turns)
             rewards = (per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
             advantages = group_advantages(rewards, self.num_generations, self.scale_rewards)
-            local = wins_only_when_guided(advantages[first:first + len(inputs)],  # TRL's process_slice
-                                          torch.tensor([r.guided for r in played], device=device))
+            local = advantages[first:first + len(inputs)]  # TRL's process_slice
+            if self.guided_wins_only:
+                local = wins_only_when_guided(local, torch.tensor([r.guided for r in played], device=device))
             self.turn_log.append({"round": round_id, "episodes": [
                 {"index": first + i, "game_id": row["game_id"], "turns": len(r.turns), "advantage": float(a)}
                 for i, (row, r, a) in enumerate(zip(inputs, played, local.tolist(), strict=True))]})
@@ -346,7 +347,7 @@ def _trainer_class() -> type:
             n, won, turns, calls, invalid, repeats, failed, guided, guided_won = \
                 self.accelerator.gather(local).sum(dim=0).tolist()
             metrics["episode/success"].append(won / n)
-            if guided:  # the policy's own episodes and the guided ones apart: is the policy learning what the guard does?
+            if 0 < guided < n:  # the policy's own episodes and the guided ones apart: does the policy learn the guard?
                 metrics["episode/success_unguided"].append((won - guided_won) / (n - guided))
                 metrics["episode/success_guided"].append(guided_won / guided)
             metrics["episode/turns"].append(turns / n)
@@ -475,7 +476,8 @@ def group_advantages(rewards: Any, group: int, scale: str = "group") -> Any:
 
 
 def wins_only_when_guided(advantages: Any, guided: Any) -> Any:
-    """A guided episode teaches by what it did better than its group only: its negative advantage becomes 0. Its
+    """In guided groups (``guided_per_group``; not under ``avoid_repeats``, where no episode is the policy's own) a
+    guided episode teaches by what it did better than its group only: its negative advantage becomes 0. Its
     commands include the ones the guard chose in place of a repeat, which the policy gives a low probability;
     pushing those further down teaches nothing the policy would play and drives their log-probabilities, and the
     KL estimate exp(ref - logp), without bound (KL 444 at step 7 of a run at lr 3e-4 that pushed them down; under
@@ -605,7 +607,8 @@ def build_grpo_trainer(model_path: str, output_dir: str | Path, settings: GRPOSe
                             rollouts=rollouts, micro_batch_size=settings.per_device_train_batch_size,
                             repeats_at=settings.reward.repeats_at,
                             forced_tokens_in_loss=settings.forced_tokens_in_loss,
-                            episode_level_loss=settings.episode_level_loss)
+                            episode_level_loss=settings.episode_level_loss,
+                            guided_wins_only=settings.guided_per_group > 0)
 
 
 def grpo_config(settings: GRPOSettings, checkpoints: Path, processes: int = 1) -> Any:
