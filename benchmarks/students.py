@@ -10,8 +10,12 @@ never the same command in the same state), each its own run ``<version>.no-repea
 Every stage is an ``evoharness`` command run in order (printed and recorded with its result); each is
 resumable (data and model versions are reused, evaluations keep finished episodes), so rerunning the script
 continues where it stopped. ``--stages`` picks the stages to run; ``--sft-epochs`` trains the SFT students for
-fewer passes (a cheaper parent for GRPO); ``--grpo-steps`` and ``--token-level-loss`` set the GRPO stage's run.
-Results go to benchmarks/results/students.json; runs of versions an earlier warehouse held stay in it.
+fewer passes (a cheaper parent for GRPO); ``--grpo-steps`` and ``--token-level-loss`` set the GRPO stage's run;
+``--launch`` trains SFT and GRPO under a launcher (two CPU processes: ``ACCELERATE_USE_CPU=true`` and ``--launch
+"accelerate launch --config_file configs/accelerate/multi_cpu.yaml"``). The GRPO stage is the measured recipe: the
+BPE student plays the first 200 train games greedily, then guided GRPO draws the games it lost (``--curriculum-from``,
+``--guided-per-group 2``). Results go to benchmarks/results/students.json; runs of versions an earlier warehouse held
+stay in it.
 """
 
 from __future__ import annotations
@@ -30,8 +34,9 @@ from evoharness.training.sft import SFTSettings
 from warehouse import Warehouse
 
 RESULTS = Path(__file__).resolve().parent / "results" / "students.json"
-GRPO_SETTINGS = ["--max-steps", "28", "--games-per-step", "4", "--num-generations", "4", "--learning-rate", "1e-4",
-                 "--save-steps", "4"]
+GRPO_SETTINGS = ["--max-steps", "12", "--games-per-step", "4", "--num-generations", "4", "--guided-per-group", "2",
+                 "--learning-rate", "2e-4", "--save-steps", "2"]
+CURRICULUM_GAMES = "200"  # train games the BPE student plays greedily; GRPO draws the ones it lost
 # the rest from the small preset (batch-std advantages, bf16 training passes, 70-step episodes, T 1.0, only the tokens
 # that were a choice scored)
 GRPO_FLAGS = {"--max-steps": "max_steps", "--games-per-step": "games_per_step", "--num-generations": "num_generations",
@@ -62,6 +67,21 @@ def run(command: list[str]) -> None:
     started = time.perf_counter()
     subprocess.run(command, check=True, env=os.environ | {"OMP_NUM_THREADS": "1"})
     print(f"  ({time.perf_counter() - started:.0f} s)", flush=True)
+
+
+def launched(command: list[str], launch: str | None) -> list[str]:
+    """``command`` (an ``evoharness sft`` or ``grpo``) run under ``launch``, if given."""
+    return [*command, "--launch", launch] if launch else command
+
+
+def descendants(rows: list[dict], root: str) -> list[dict]:
+    """The versions trained from ``root`` and from those in turn, in the order ``rows`` (creation order) has them."""
+    family, found = {root}, []
+    for row in rows:
+        if row["parent_version"] in family:
+            family.add(row["model_version"])
+            found.append(row)
+    return found
 
 
 def versions(db: str) -> list[dict]:
@@ -204,6 +224,10 @@ def main() -> None:
     parser.add_argument("--token-level-loss", action="store_true",
                         help="GRPO with every scored token weighted alike (evoharness grpo --no-episode-level-loss) "
                              "[default: the preset's, every episode alike]")
+    parser.add_argument("--launch", default=None,
+                        help="train SFT and GRPO under this launcher (evoharness sft/grpo --launch), e.g. two CPU "
+                             "processes: ACCELERATE_USE_CPU=true and --launch 'accelerate launch --config_file "
+                             "configs/accelerate/multi_cpu.yaml' [default: one process]")
     args = parser.parse_args()
     db = os.environ.get("EVOHARNESS_DB", ".evoharness/warehouse.duckdb")
     if "data" in args.stages:
@@ -211,7 +235,7 @@ def main() -> None:
             run(command)
     if "sft" in args.stages:
         for view in args.views:
-            run(sft_command(db, view, args.sft_epochs))
+            run(launched(sft_command(db, view, args.sft_epochs), args.launch))
     commands: dict[str, list[list[str]]] = {}
     students: dict[str, str] = {}
     if {"evaluate", "grpo", "dagger", "no-repeat", "results"} & set(args.stages):
@@ -231,25 +255,27 @@ def main() -> None:
     grpo_settings = list(GRPO_SETTINGS)
     if args.grpo_steps:
         grpo_settings[grpo_settings.index("--max-steps") + 1] = str(args.grpo_steps)
-    grpo = ["evoharness", "grpo", "--parent-version", students.get("bpe", "?"), *grpo_settings,
+    bpe = students.get("bpe", "?")
+    grpo = ["evoharness", "grpo", "--parent-version", bpe, "--curriculum-from", bpe, *grpo_settings,
             *(["--no-episode-level-loss"] if args.token_level_loss else [])]
     if "grpo" in args.stages:
-        run(grpo)
+        run(["evoharness", "evaluate", "--model-version", bpe, "--split", "train", "--limit", CURRICULUM_GAMES])
+        run(launched(grpo, args.launch))
     if "dagger" in args.stages:
         dagger = {"max_steps": DAGGER_STEPS, "learning_rate": DAGGER_LR}
-        run(dagger_commands(db, students["bpe"], dagger)[0])  # relabel: the relabelled dataset's id exists after it
-        run(dagger_commands(db, students["bpe"], dagger)[1])
-    children = [r for r in versions(db) if students and r["parent_version"] == students["bpe"]]
-    for child in children:  # every GRPO and DAgger run from the BPE student, each with the commands that made it
+        run(dagger_commands(db, bpe, dagger)[0])  # relabel: the relabelled dataset's id exists after it
+        run(dagger_commands(db, bpe, dagger)[1])
+    family = descendants(versions(db), bpe) if students else []
+    for child in family:  # every GRPO and DAgger run from the BPE student or its children, with the commands that made it
         evaluate_child = ["evoharness", "evaluate", "--model-version", child["model_version"]]
-        if {"grpo", "dagger"} & set(args.stages) and child is children[-1]:
+        if {"grpo", "dagger"} & set(args.stages) and child is family[-1]:
             run(evaluate_child)
-        settings = json.loads(child["settings"])
-        made = [*curriculum_commands(db, settings), grpo_command(students["bpe"], settings)] \
-            if child["stage"] == "grpo" else dagger_commands(db, students["bpe"], settings)
-        commands[child["model_version"]] = [*commands[students["bpe"]][:-1], *made, evaluate_child]
-    if "no-repeat" in args.stages:  # the BPE student and its newest child, each played without repeats
-        for version in [students["bpe"], *[c["model_version"] for c in children[-1:]]]:
+        settings, parent = json.loads(child["settings"]), child["parent_version"]
+        made = [*curriculum_commands(db, settings), grpo_command(parent, settings)] \
+            if child["stage"] == "grpo" else dagger_commands(db, parent, settings)
+        commands[child["model_version"]] = [*commands[parent][:-1], *made, evaluate_child]
+    if "no-repeat" in args.stages:  # the BPE student and its newest descendant, each played without repeats
+        for version in [bpe, *[c["model_version"] for c in family[-1:]]]:
             run(no_repeat_command(version))
     if "results" in args.stages:
         write_results(db, commands)

@@ -84,7 +84,8 @@ def test_distill_teacher_job_turns_a_teacher_into_a_dataset(tmp_path: Path, alfw
     assert materialized == {"teacher_episodes", "bpe_examples", "sft_dataset", "sft_student", "grpo_student"}
     checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
     assert checks == {"teacher_episodes_integrity": True, "bpe_examples_quality": True,
-                      "sft_dataset_no_eval_games": True, "sft_student_learned": True, "grpo_rollouts_healthy": True}
+                      "sft_dataset_no_eval_games": True, "sft_student_learned": True, "grpo_rollouts_healthy": True,
+                      "grpo_stayed_near_parent": True}
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.execute("SELECT count(*), min(split), max(split) FROM episodes").fetchone() == (6, "train", "train")
         assert con.execute("SELECT count(*) FROM datasets WHERE teacher = 'expert'").fetchone()[0] == 1

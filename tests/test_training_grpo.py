@@ -7,6 +7,7 @@ import importlib.util
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from types import ModuleType
 
 import dagster as dg
 import pytest
@@ -196,10 +197,11 @@ def test_guided_runs_draw_the_success_of_the_policy_and_the_guided_episodes_apar
     from evoharness.reporting.training_curves import grpo_curve_table, grpo_curves_png
 
     history = [{"step": 1, "reward": 1.0, "episode/success": 0.5, "episode/success_unguided": 0.25,
-                "episode/success_guided": 0.75}, {"step": 2, "reward": 2.0, "episode/success": 0.5}]
+                "episode/success_guided": 0.75, "kl": 0.0}, {"step": 2, "reward": 2.0, "episode/success": 0.5,
+                                                            "kl": 4.49}]
     columns, rows = grpo_curve_table(history)
-    assert columns == ["step", "reward", "episode/success", "episode/success_unguided", "episode/success_guided"]
-    assert rows == [[1, 1.0, 0.5, 0.25, 0.75], [2, 2.0, 0.5, None, None]]
+    assert columns == ["step", "reward", "episode/success", "episode/success_unguided", "episode/success_guided", "kl"]
+    assert rows == [[1, 1.0, 0.5, 0.25, 0.75, 0.0], [2, 2.0, 0.5, None, None, 4.49]]
     assert grpo_curves_png("v", history).startswith(b"\x89PNG")
     assert GRPOSettings.tiny_student(num_generations=4, guided_per_group=1).guided(4)
     assert not GRPOSettings.tiny_student(num_generations=4, guided_per_group=1).guided(5)
@@ -260,7 +262,8 @@ def test_dagster_grpo_student_registers_a_model_version(curated_db: Path, tmp_pa
         assert "episode/harness_calls" in table and "rewards/harness_call_cost/mean" in table
         assert table.count("\n") == 2  # header, rule, the one step
         checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
-        assert checks == {"sft_student_learned": True, "grpo_rollouts_healthy": True}
+        assert checks == {"sft_student_learned": True, "grpo_rollouts_healthy": True,
+                          "grpo_stayed_near_parent": True}  # one step: the policy is still its parent
         versions = instance.get_dynamic_partitions(MODEL_VERSION_PARTITIONS_NAME)
         assert set(versions) == {events["sft_student"]["model_version"].value, grpo["model_version"].value}
     with Warehouse(curated_db) as wh:
@@ -424,13 +427,19 @@ def test_a_switch_added_later_leaves_the_ids_of_earlier_versions_alone() -> None
         assert version_id("expert", "grpo", "expert-sft-29dcf9a1cd6c", switched) != "expert-grpo-fa47c632d8de"
 
 
-def test_a_replicate_with_another_seed_is_its_own_version_and_its_command_names_the_seed() -> None:
-    """``evoharness grpo --seed N`` trains a replicate: another model version, and the command students.json
-    records for it (benchmarks/students.py) passes the seed back; the default seed adds no flag."""
+def students_benchmark() -> ModuleType:
+    """benchmarks/students.py as a module (benchmarks are scripts, not a package)."""
     spec = importlib.util.spec_from_file_location("students_benchmark", REPO / "benchmarks" / "students.py")
     assert spec is not None and spec.loader is not None
     students = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(students)
+    return students
+
+
+def test_a_replicate_with_another_seed_is_its_own_version_and_its_command_names_the_seed() -> None:
+    """``evoharness grpo --seed N`` trains a replicate: another model version, and the command students.json
+    records for it (benchmarks/students.py) passes the seed back; the default seed adds no flag."""
+    students = students_benchmark()
     default = GRPOSettings.for_base("small", seed=None, episode_level_loss=True)
     replicate = GRPOSettings.for_base("small", seed=3, episode_level_loss=True)
     assert default.seed == 0
@@ -438,3 +447,24 @@ def test_a_replicate_with_another_seed_is_its_own_version_and_its_command_names_
     command = students.grpo_command("p", replicate.model_dump(mode="json"))
     assert command[command.index("--seed") + 1] == "3"
     assert "--seed" not in students.grpo_command("p", default.model_dump(mode="json"))
+
+
+def test_the_kl_check_warns_when_a_run_moved_far_from_its_parent() -> None:
+    """The round-2 run that lost 27 points of valid_unseen logged KL 4.96 at step 11: the check warns on it."""
+    import assets.training as at
+
+    drifted = at.kl_check([{"step": 1, "kl": 7e-6}, {"step": 11, "kl": 4.96}], limit=0.1)
+    assert not drifted.passed and drifted.severity == dg.AssetCheckSeverity.WARN
+    assert drifted.metadata["peak_kl"].value == 4.96
+    assert at.kl_check([{"step": 1, "kl": 0.037}], limit=0.1).passed
+    unlogged = at.kl_check([{"step": 1}], limit=0.1)  # beta 0: TRL logs no KL, so none is reported
+    assert unlogged.passed and "peak_kl" not in unlogged.metadata
+
+
+def test_students_json_follows_grpo_runs_from_grpo_children() -> None:
+    """A second GRPO round trains from the first round's child: students.py records it with the commands that made
+    it (its lineage through the child), and leaves out versions of other parents."""
+    rows = [{"model_version": "sft", "parent_version": None}, {"model_version": "round1", "parent_version": "sft"},
+            {"model_version": "elsewhere", "parent_version": "other-sft"},
+            {"model_version": "round2", "parent_version": "round1"}]
+    assert [r["model_version"] for r in students_benchmark().descendants(rows, "sft")] == ["round1", "round2"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -44,9 +44,10 @@ def line_chart_png(series: Mapping[str, Sequence[Sequence[float]]], title: str, 
 
 
 def panels_chart_png(panels: Mapping[str, Mapping[str, Sequence[Sequence[float]]]], title: str,
-                     xlabel: str) -> bytes:
+                     xlabel: str, log_panels: Collection[str] = ()) -> bytes:
     """Side-by-side line charts sharing the x axis, one per named panel of (x, y) series, as PNG bytes (for
-    curves on different scales, e.g. success, calls per episode and reward terms by step)."""
+    curves on different scales, e.g. success, calls per episode and reward terms by step); the panels named in
+    ``log_panels`` have a log y axis."""
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), dpi=100, squeeze=False)
     for ax, (name, series) in zip(axes[0], panels.items(), strict=True):
         for label, points in series.items():
@@ -58,6 +59,8 @@ def panels_chart_png(panels: Mapping[str, Mapping[str, Sequence[Sequence[float]]
         ax.grid(alpha=0.3)
         if ax.lines:
             ax.legend(fontsize=7)
+            if name in log_panels:
+                ax.set_yscale("log")
     fig.suptitle(title, fontsize=11)
     return _png(fig)
 
