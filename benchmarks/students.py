@@ -125,7 +125,7 @@ def against_parent(db: str, policy: str, parent_policy: str) -> dict:
     with Warehouse(db, read_only=True) as wh:
         outcomes = paired_outcomes(wh, policy, parent_policy)
     return {"against_parent": {o.split: {"games": o.games, "only_child": o.only_policy,
-                                         "only_parent": o.only_baseline, "p_mcnemar": round(o.p_value, 4)}
+                                         "only_parent": o.only_baseline, "p_mcnemar": float(f"{o.p_value:.3g}")}
                                for o in outcomes}} if outcomes else {}
 
 

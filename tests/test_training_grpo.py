@@ -453,11 +453,12 @@ def test_the_kl_check_warns_when_a_run_moved_far_from_its_parent() -> None:
     """The round-2 run that lost 27 points of valid_unseen logged KL 4.96 at step 11: the check warns on it."""
     import assets.training as at
 
-    drifted = at.kl_check([{"step": 1, "kl": 7e-6}, {"step": 11, "kl": 4.96}], limit=0.1)
+    limit = at.GRPORunConfig().kl_warning
+    drifted = at.kl_check([{"step": 1, "kl": 7e-6}, {"step": 11, "kl": 4.96}], limit)
     assert not drifted.passed and drifted.severity == dg.AssetCheckSeverity.WARN
     assert drifted.metadata["peak_kl"].value == 4.96
-    assert at.kl_check([{"step": 1, "kl": 0.037}], limit=0.1).passed
-    unlogged = at.kl_check([{"step": 1}], limit=0.1)  # beta 0: TRL logs no KL, so none is reported
+    assert at.kl_check([{"step": 1, "kl": 0.01}, {"step": 12, "kl": 0.36}], limit).passed  # its replicate won more
+    unlogged = at.kl_check([{"step": 1}], limit)  # beta 0: TRL logs no KL, so none is reported
     assert unlogged.passed and "peak_kl" not in unlogged.metadata
 
 
