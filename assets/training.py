@@ -165,7 +165,7 @@ class GRPORunConfig(dg.Config):
     engine: str | None = Field(default=None, description="Rollout engine (None: the fast engine).")
     kl_warning: float = Field(default=1.0, gt=0, description=(
         "The grpo_stayed_near_parent check warns when a step's KL to the parent exceeded this (the two GRPO runs "
-        "here that lost held-out games peaked at 4.5 and 5.0; the two that won more at 0.04 and 0.36). Not a "
+        "here that lost held-out games peaked at 4.5 and 5.0; the three that won more at 0.04-0.36). Not a "
         "training setting."))
 
 

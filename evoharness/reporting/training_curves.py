@@ -15,7 +15,7 @@ SUCCESS_CURVES = {"success": "episode/success", "policy's own episodes": "episod
 """Success of every episode, and of the unguided and guided ones apart when some episodes decode without repeats."""
 KL_PANEL = "KL to the reference (log)"
 """TRL's per-token KL estimate to the starting model: it peaked at 4.5 and 5.0 in the GRPO runs that lost held-out
-games, at 0.04 and 0.36 in the two that won more of them."""
+games, at 0.04-0.36 in the three that won more of them."""
 
 
 def _points(history: Sequence[Mapping[str, Any]], key: str) -> list[tuple[float, float]]:
