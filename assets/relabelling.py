@@ -9,57 +9,48 @@ student should learn from its own mistakes; the new version gets its evaluation 
 import dagster as dg
 from pydantic import Field
 
-from assets.lineage import ASSET_CODE_VERSION, id_metadata, required_upstream
-from assets.training import sft_version_metadata, trained
+from assets.failures import one_line_failures
+from assets.lineage import id_metadata, required_upstream
+from assets.settings_config import RecipeRunConfig, with_settings_fields
+from assets.training import sft_version_metadata, training_asset
 from evoharness.curation.relabelled import curate_relabelled
 from evoharness.reporting.charts import markdown_table
-from evoharness.stage_config import defaults
 from evoharness.training.model_versions import continued_sft_settings, plan_sft_version
-from evoharness.training.relabel import RelabelConfig, collect_expert_labels
-from pipelines.partitions import teacher_partitions
+from evoharness.training.realize import realize
+from evoharness.training.relabel import RelabelConfig, RelabelSettings, collect_expert_labels
+from evoharness.training.sft_config import SFTSettings
 from pipelines.resources import AlfworldResource, StudentResource, TrainingLauncher, WarehouseResource
 
-DEFAULTS = defaults(RelabelConfig)  # the one declaration of the defaults: training.relabel
+
+@with_settings_fields("relabel", RelabelSettings)
+class RelabelRunConfig(RecipeRunConfig):
+    """Run config of the relabelling (the recipe's relabel section: which games, seeds, budget, labels)."""
+
+    model_version: str | None = Field(default=None, description="The student that plays (None: the one sft_student "
+                                      "materialized for this partition).")
+    engine: str | None = Field(default=None, description="textworld or fast (None: library default).")
 
 
-class RelabelRunConfig(dg.Config):
-    """Run config of the relabelling (defaults: RelabelConfig — every train game, seed 0, greedy)."""
 
-    model_version: str | None = Field(default=None, description="The student that plays (None: the one "
-                                      "sft_student materialized for this partition).")
-    limit: int | None = Field(default=DEFAULTS["limit"], description="First N train games (None: all).")
-    seeds: list[int] = Field(default=DEFAULTS["seeds"], description="Seeds per game.")
-    max_steps: int = Field(default=DEFAULTS["max_steps"], description="Step budget per episode.")
-    max_tokens: int = Field(default=DEFAULTS["max_tokens"], description="Completion tokens per turn.")
-    temperature: float | None = Field(default=DEFAULTS["temperature"], description="None: greedy.")
-    labels: str = Field(default=DEFAULTS["labels"], description="env: the expert's environment command where the "
-                        "student acted in the environment; turn: the scripted expert's whole turn everywhere.")
-    concurrency: int = Field(default=DEFAULTS["concurrency"], description="Episodes in flight (their turns "
-                             "generate as one batch).")
-    engine: str | None = Field(default=DEFAULTS["engine"], description="textworld or fast (None: library default).")
-
-
-@dg.asset(
-    partitions_def=teacher_partitions,
+@training_asset(
     deps=["sft_student"],
-    group_name="training",
-    code_version=ASSET_CODE_VERSION,
-    kinds={"pytorch", "duckdb"},
     description="DAgger's aggregate: the SFT student plays train games, the expert labels every state it reaches, "
                 "and the labelled states join the student's dataset as <name>.relabel@vN (resumable).",
 )
+@one_line_failures
 def relabelled_dataset(context: dg.AssetExecutionContext, config: RelabelRunConfig, alfworld: AlfworldResource,
-                       warehouse: WarehouseResource) -> dg.MaterializeResult:
+                       warehouse: WarehouseResource, students: StudentResource) -> dg.MaterializeResult:
     model_version = required_upstream(context, "sft_student", "model_version", config.model_version)
-    relabel = RelabelConfig(model_version=model_version, data_root=alfworld.root(),
-                            **config.model_dump(exclude={"model_version", "seeds"}), seeds=tuple(config.seeds))
+    recipe = config.load(students.recipe_name())
+    relabel = RelabelConfig(model_version=model_version, data_root=alfworld.root(), engine=config.engine,
+                            **recipe.relabel.model_dump())
 
     def on_progress(done: int, total: int, record) -> None:  # type: ignore[no-untyped-def]
         context.log.info("relabelled episode %d/%d %s %s (%d turns)", done, total, record.spec.game.game_id,
                          "won" if record.won else record.status, len(record.steps))
 
     with warehouse.open() as wh:
-        base = wh.scalar("SELECT dataset_id FROM model_versions WHERE model_version = ?", [model_version])
+        base = wh.value("model_version_dataset", model_version=model_version)
         collected = collect_expert_labels(wh, relabel, context.run.run_id, on_progress)
         result = curate_relabelled(wh, base, model_version, context.run.run_id)
         columns, rows = wh.query("expert_label_agreement", model_version=model_version)
@@ -77,23 +68,18 @@ def relabelled_dataset(context: dg.AssetExecutionContext, config: RelabelRunConf
     })
 
 
-class RelabelledSFTRunConfig(dg.Config):
-    """Run config of SFT going on from the student's weights (unset fields keep the parent's settings)."""
+@with_settings_fields("sft", SFTSettings)
+class RelabelledSFTRunConfig(RecipeRunConfig):
+    """Run config of SFT going on from the student's weights: the sft fields set here (typed or as overrides)
+    override the parent's settings; the recipe's sft section is not used."""
 
     dataset_id: str | None = Field(default=None, description="Relabelled dataset (None: the one relabelled_dataset "
                                    "materialized for this partition).")
-    learning_rate: float | None = None
-    epochs: float | None = Field(default=None, description="Passes over the relabelled dataset's training split.")
-    max_steps: int | None = Field(default=None, description="Stop after this many optimizer steps.")
-    logging_steps: int | None = Field(default=None, description="Log the loss every N steps.")
 
 
-@dg.asset(
-    partitions_def=teacher_partitions,
+
+@training_asset(
     deps=["relabelled_dataset"],
-    group_name="training",
-    code_version=ASSET_CODE_VERSION,
-    kinds={"pytorch", "duckdb"},
     description="SFT from the student that played, on its relabelled dataset, with its settings (parent_version "
                 "names it); a new model version, evaluated like any other.",
     check_specs=[dg.AssetCheckSpec(
@@ -102,17 +88,20 @@ class RelabelledSFTRunConfig(dg.Config):
                     "the mean over the first third (batches mix the parent's known turns with new labelled states, so "
                     "single losses jump).")],
 )
+@one_line_failures
 def relabelled_student(context: dg.AssetExecutionContext, config: RelabelledSFTRunConfig,
                        warehouse: WarehouseResource, students: StudentResource, training: TrainingLauncher,
                        pipes_client: dg.PipesSubprocessClient) -> dg.MaterializeResult:
     dataset_id = required_upstream(context, "relabelled_dataset", "dataset_id", config.dataset_id)
     with warehouse.open() as wh:
-        parent = wh.scalar("SELECT config->>'relabelled_by' FROM datasets WHERE dataset_id = ?", [dataset_id])
+        parent = wh.value("dataset_relabelled_by", dataset_id=dataset_id)
         if parent is None:
             raise dg.Failure(f"Dataset {dataset_id!r} is not a relabelled dataset (its config names no student).")
-        settings = continued_sft_settings(wh, parent, **config.model_dump(exclude={"dataset_id"}))
-        planned = plan_sft_version(wh, dataset_id, settings, students.models_root(wh), context.run.run_id, parent)
-    version = trained(context, warehouse, training, pipes_client, planned)
+        recipe = config.load(students.recipe_name())
+        settings = continued_sft_settings(wh, parent, **recipe.given("sft"))
+        run_id = context.run.run_id
+        version = realize(wh, lambda w: plan_sft_version(w, dataset_id, settings, students.models_root(w), run_id,
+                                                         parent, recipe.stamp()), training.runner(context, pipes_client))
     metadata = sft_version_metadata(context, version, f"{version.model_version}: SFT loss from {parent}")
     return dg.MaterializeResult(metadata=metadata, check_results=[learned_by_thirds(version.row["loss_history"])])
 

@@ -1,80 +1,82 @@
-"""Students as model versions: ``sft_student`` (TRL SFT on the dataset that ``sft_dataset`` materialized) and
-``grpo_student`` (TRL GRPO with multi-turn rollouts from that SFT version), inputs named by id.
+"""Students as model versions, trained as the recipe says (``configs/recipes``; the ``students`` resource names the
+deployment's recipe, a run config may name another): ``sft_student`` (TRL SFT on the dataset ``sft_dataset``
+materialized), ``grpo_curriculum`` (the SFT student's greedy play on train games; the games it lost are metadata)
+and ``grpo_student`` (TRL GRPO with multi-turn rollouts on those games), inputs named by id.
 
-Training runs in a child process launched through Dagster Pipes (the ``training`` resource and the
-``pipes_client`` resource): this process plans the job and stores the model version from the warehouse, and
-never imports torch; the child streams its progress and reports its result back."""
+Training runs in a child process launched through Dagster Pipes (the ``training`` and ``pipes_client``
+resources) by the library's one realize path (:func:`evoharness.training.realize.realize`): this process plans the
+job and stores the model version, and never imports torch; the child streams its progress and writes its result."""
 
 
+import functools
 
 import dagster as dg
 from pydantic import Field
 
-from assets.lineage import ASSET_CODE_VERSION, id_metadata, required_upstream
+from assets.failures import one_line_failures
+from assets.lineage import ASSET_CODE_VERSION, id_metadata, required_upstream, upstream_value
+from assets.settings_config import RecipeRunConfig, with_settings_fields
+from evoharness.errors import MissingInputError
+from evoharness.evaluation.run import EvaluationResult
 from evoharness.reporting.charts import line_chart_png, markdown_image, markdown_table
 from evoharness.reporting.training_curves import grpo_curve_table, grpo_curves_png, peak_kl
-from evoharness.training.curriculum import with_curriculum
-from evoharness.training.grpo import GRPOSettings
+from evoharness.training.curriculum import play_curriculum, with_curriculum
+from evoharness.training.grpo_config import GRPOSettings
 from evoharness.training.model_versions import (
     ModelVersion,
-    TrainingJob,
     plan_grpo_version,
     plan_sft_version,
-    store_training_result,
 )
-from evoharness.training.sft import SFTSettings
-from evoharness.training.tiny_student import TINY
+from evoharness.training.realize import realize
+from evoharness.training.recipes import Recipe
+from evoharness.training.sft_config import SFTSettings
+from pipelines.instance import WAREHOUSE_RETRY
 from pipelines.partitions import register_model_version, teacher_partitions
 from pipelines.resources import AlfworldResource, StudentResource, TrainingLauncher, WarehouseResource
+from warehouse import Warehouse
 
 
-class SFTRunConfig(dg.Config):
-    """Run config of a student's SFT. Unset fields take the preset of the base: the paper's LoRA settings for
-    a hub model or folder, full fine-tuning with a large step for the locally built tiny student."""
+@with_settings_fields("sft", SFTSettings)
+class SFTRunConfig(RecipeRunConfig):
+    """Run config of a student's SFT."""
 
-    base_model: str | None = Field(default=None, description=f"Hub id (e.g. Qwen/Qwen3-8B), local folder, or {TINY!r} "
-                                   "(None: the students resource's base).")
-    epochs: float | None = Field(default=None, description="Passes over the training split.")
-    learning_rate: float | None = None
-    batch_size: int | None = Field(default=None, description="Examples per optimizer step.")
-    per_device_batch_size: int | None = None
-    max_length: int | None = Field(default=None, description="Tokens per example.")
-    lora_r: int | None = Field(default=None, description="LoRA rank (alpha = 2r); 0: full fine-tuning.")
-    max_steps: int | None = Field(default=None, description="Stop after this many optimizer steps.")
-    max_tokens: int | None = Field(default=None, description="Train for about this many input tokens (sets the "
-                                   "steps; an equal-compute baseline).")
-    bf16: bool | None = Field(default=None, description="bf16 mixed precision (GPUs; CPUs with bf16 units).")
-    seed: int = 0
     dataset_id: str | None = Field(default=None, description="Dataset to train on (None: the one sft_dataset "
                                    "materialized for this partition, read from its metadata).")
 
-    def settings(self, default_base: str) -> SFTSettings:
-        return SFTSettings.for_base(**(self.model_dump(exclude={"dataset_id"})
-                                       | {"base_model": self.base_model or default_base}))
 
 
-@dg.asset(
-    partitions_def=teacher_partitions,
+training_asset = functools.partial(dg.asset, partitions_def=teacher_partitions, group_name="training",
+                                   code_version=ASSET_CODE_VERSION, kinds={"pytorch", "duckdb"},
+                                   retry_policy=WAREHOUSE_RETRY)
+"""``dg.asset`` for a teacher's training stage: partitioned by teacher, in the training group."""
+
+
+def recipe_metadata(recipe: Recipe) -> dict[str, dg.MetadataValue]:
+    """The recipe a training ran, as shown on its asset."""
+    return id_metadata(recipe.stamp() | {"recipe_overrides": list(recipe.overrides) or None})
+
+
+@training_asset(
     deps=["sft_dataset"],
-    group_name="training",
-    code_version=ASSET_CODE_VERSION,
-    kinds={"pytorch", "duckdb"},
-    description="SFT student of the dataset sft_dataset materialized for this teacher (TRL SFTTrainer, loss on the assistant turn); "
-                "one model version per (dataset, settings), reused when asked again.",
+    description="SFT student of the dataset sft_dataset materialized for this teacher, trained as the recipe's sft "
+                "section says (TRL SFTTrainer, loss on the assistant turn); one model version per (dataset, "
+                "settings), reused when asked again.",
     check_specs=[dg.AssetCheckSpec(
         "sft_student_learned", asset="sft_student", blocking=True,
         description="The student learned: its last loss (validation if held out, else training) is below the first "
                     "logged training loss.")],
 )
+@one_line_failures
 def sft_student(context: dg.AssetExecutionContext, config: SFTRunConfig, warehouse: WarehouseResource,
                 students: StudentResource, training: TrainingLauncher,
                 pipes_client: dg.PipesSubprocessClient) -> dg.MaterializeResult:
-    settings = config.settings(students.base())
+    recipe = config.load(students.recipe_name())
     dataset_id = required_upstream(context, "sft_dataset", "dataset_id", config.dataset_id)
+    run_id = context.run.run_id
     with warehouse.open() as wh:
-        planned = plan_sft_version(wh, dataset_id, settings, students.models_root(wh), context.run.run_id)
-    version = trained(context, warehouse, training, pipes_client, planned)
-    metadata = sft_version_metadata(context, version, f"{version.model_version}: SFT loss")
+        version = realize(wh, lambda w: plan_sft_version(w, dataset_id, recipe.sft, students.models_root(w), run_id,
+                                                         recipe=recipe.stamp()), training.runner(context, pipes_client))
+    metadata = sft_version_metadata(context, version, f"{version.model_version}: SFT loss") | recipe_metadata(recipe)
     return dg.MaterializeResult(metadata=metadata, check_results=[learned_check(version)])
 
 
@@ -85,16 +87,6 @@ def sft_version_metadata(context: dg.AssetExecutionContext, version: ModelVersio
     chart = line_chart_png({"train loss": version.row["loss_history"], "validation loss": version.row["eval_history"]},
                            title, "optimizer step", "loss")
     return version_metadata(version) | {"loss_curve": dg.MetadataValue.md(markdown_image(chart, "SFT loss"))}
-
-
-def trained(context: dg.AssetExecutionContext, warehouse: WarehouseResource, training: TrainingLauncher,
-            pipes_client: dg.PipesSubprocessClient, planned: ModelVersion | TrainingJob) -> ModelVersion:
-    """The stored version, or the planned job trained in the child process and stored now."""
-    if isinstance(planned, ModelVersion):
-        return planned
-    result = training.run(context, pipes_client, planned)  # the warehouse is not held meanwhile
-    with warehouse.open() as wh:
-        return store_training_result(wh, planned, result)
 
 
 def version_metadata(version: ModelVersion) -> dict[str, dg.MetadataValue]:
@@ -126,57 +118,76 @@ def learned_check(version: ModelVersion) -> dg.AssetCheckResult:
                                metadata={k: dg.MetadataValue.float(v) for k, v in metadata.items() if v is not None})
 
 
-class GRPORunConfig(dg.Config):
-    """Run config of GRPO. Unset fields take the preset of the student's base (the paper's settings for a hub
-    model; small groups and short episodes for the tiny student)."""
+@with_settings_fields("grpo", GRPOSettings)
+class GRPORunConfig(RecipeRunConfig):
+    """Run config of a student's curriculum and GRPO."""
 
-    parent_version: str | None = Field(default=None, description="SFT version to start from (None: the one "
+    parent_version: str | None = Field(default=None, description="Model version to start from (None: the one "
                                        "sft_student materialized for this partition, read from its metadata).")
-    games_per_step: int | None = Field(default=None, description="Train games per optimizer step.")
-    num_generations: int | None = Field(default=None, description="Episodes per game (the group).")
-    games_limit: int | None = Field(default=None, description="Train games to draw from (None: all).")
-    curriculum_from: str | None = Field(default=None, description="Draw only the train games this policy played at "
-                                        "the episode budget and never won (replaces games_limit).")
-    epochs: float | None = None
-    max_steps: int | None = Field(default=None, description="Stop after this many optimizer steps.")
-    learning_rate: float | None = None
-    beta: float | None = Field(default=None, description="KL coefficient to the starting model.")
-    episode_steps: int | None = Field(default=None, description="Step budget per episode.")
-    max_new_tokens: int | None = Field(default=None, description="Completion tokens per turn.")
-    temperature: float | None = Field(default=None, description="Sampling temperature of the rollouts.")
-    scale_rewards: str | None = Field(default=None, description="Divide centred rewards by the group's std "
-                                      "('group'), the batch's ('batch') or nothing ('none').")
-    call_cost: float | None = Field(default=None, description="λ_call per harness call (paper 0; alternative 0.05).")
-    diversity_max: float | None = Field(default=None, description="λ_max of the annealed diversity bonus.")
-    repeat_cap: int | None = Field(default=None, description="Repeats the repeat penalty counts at most (paper 10).")
-    lora_r: int | None = Field(default=None, description="LoRA rank (alpha = 2r); None or 0: full fine-tuning.")
-    forced_tokens_in_loss: bool | None = Field(default=None, description="Also score the tokens constrained "
-                                               "decoding forced (None: the preset, off).")
-    avoid_repeats: bool | None = Field(default=None, description="Rollouts leave out environment commands already "
-                                       "issued in the same state (None: the preset, off).")
-    guided_per_group: int | None = Field(default=None, description="Episodes of each group that decode without "
-                                         "repeats, the rest as the policy samples (None: the preset, 0).")
-    episode_level_loss: bool | None = Field(default=None, description="Weigh every episode equally in the loss "
-                                            "(None: the preset: on for small, else every scored token equally).")
-    per_device_train_batch_size: int | None = Field(default=None, description="Turn samples per forward pass.")
-    save_steps: int | None = Field(default=None, description="Checkpoint every N steps (a rerun resumes).")
-    vllm_server_url: str | None = Field(default=None, description="Generate rollouts on a `trl vllm-serve` server.")
-    seed: int = 0
+    curriculum_from: str | None = Field(default=None, description="Draw only the train games this policy lost (None: "
+                                        "grpo_curriculum's games, or every train game when the recipe has none).")
     engine: str | None = Field(default=None, description="Rollout engine (None: the fast engine).")
     kl_warning: float = Field(default=1.0, gt=0, description=(
-        "The grpo_stayed_near_parent check warns when a step's KL to the parent exceeded this (the two GRPO runs "
-        "here that lost held-out games peaked at 4.5 and 5.0; the three that won more at 0.04-0.36). Not a "
-        "training setting."))
+        "The grpo_stayed_near_parent check warns when a step's KL to the parent exceeded this (the runs that lost "
+        "held-out games drifted past it: docs/results.md, guided GRPO). Not a training setting."))
 
 
-@dg.asset(
-    partitions_def=teacher_partitions,
+
+@training_asset(
     deps=["sft_student"],
-    group_name="training",
-    code_version=ASSET_CODE_VERSION,
-    kinds={"pytorch", "duckdb"},
-    description="GRPO from the teacher's SFT student: multi-turn rollouts in the environment, cost-aware reward "
-                "(each term logged), one sample per turn with its trajectory's group-normalized advantage.",
+    description="The SFT student's greedy play on the recipe's first train games at GRPO's episode budget; the "
+                "games it lost are GRPO's curriculum (metadata). Resumable; nothing to play when the recipe has no "
+                "curriculum.",
+    check_specs=[dg.AssetCheckSpec(
+        "grpo_curriculum_has_games", asset="grpo_curriculum", blocking=True,
+        description="The student lost some of the games (GRPO needs games where its episodes differ), or the recipe "
+                    "has no curriculum.")],
+)
+@one_line_failures
+def grpo_curriculum(context: dg.AssetExecutionContext, config: GRPORunConfig, alfworld: AlfworldResource,
+                    warehouse: WarehouseResource, students: StudentResource) -> dg.MaterializeResult:
+    recipe = config.load(students.recipe_name())
+    parent = required_upstream(context, "sft_student", "model_version", config.parent_version)
+    metadata = {"played_by": dg.MetadataValue.text(parent)} | recipe_metadata(recipe)
+    if recipe.curriculum is None:
+        check = dg.AssetCheckResult(check_name="grpo_curriculum_has_games", passed=True,
+                                    metadata={"curriculum": dg.MetadataValue.text("none in the recipe")})
+        return dg.MaterializeResult(metadata=metadata, check_results=[check])
+
+    def on_progress(split: str, done: int, total: int, record) -> None:  # type: ignore[no-untyped-def]
+        if done == total or done % 20 == 0:
+            context.log.info("curriculum %d/%d games", done, total)
+
+    with warehouse.open() as wh:
+        played = play_curriculum(wh, parent, recipe.curriculum, recipe.grpo, context.run.run_id,
+                                 data_root=alfworld.root(), on_progress=on_progress)
+        lost = curriculum_games(wh, recipe, parent, alfworld.root())
+    metadata |= curriculum_metadata(played, lost)
+    check = dg.AssetCheckResult(check_name="grpo_curriculum_has_games", passed=bool(lost),
+                                metadata={"lost_games": dg.MetadataValue.int(len(lost))})
+    return dg.MaterializeResult(metadata=metadata, check_results=[check])
+
+
+def curriculum_games(wh: Warehouse, recipe: Recipe, parent: str, data_root: str | None) -> list[str]:
+    """The train games ``parent`` lost at GRPO's budget (empty when it lost none)."""
+    try:
+        return list(with_curriculum(wh, recipe.grpo, parent, data_root).games or [])
+    except MissingInputError:
+        return []
+
+
+def curriculum_metadata(played: EvaluationResult, lost: list[str]) -> dict[str, dg.MetadataValue]:
+    rate = played.success_rate("train")
+    return {"lost_games": dg.MetadataValue.json(lost), "lost_game_count": dg.MetadataValue.int(len(lost)),
+            "evaluation": dg.MetadataValue.md(markdown_table(played.columns, played.rows))} | (
+        {"success_rate_train": dg.MetadataValue.float(rate)} if rate is not None else {})
+
+
+@training_asset(
+    deps=["sft_student", "grpo_curriculum"],
+    description="GRPO from the teacher's SFT student as the recipe's grpo section says, on grpo_curriculum's games: "
+                "multi-turn rollouts in the environment, cost-aware reward (each term logged), one sample per turn "
+                "with its trajectory's group-normalized advantage.",
     check_specs=[dg.AssetCheckSpec(
         "grpo_rollouts_healthy", asset="grpo_student", blocking=True,
         description="Every logged step played its rollouts without a failed episode."),
@@ -185,22 +196,33 @@ class GRPORunConfig(dg.Config):
             description="No logged step's KL to the parent exceeded the run config's kl_warning (a warning: "
                         "play on the held-out splits is the judge).")],
 )
+@one_line_failures
 def grpo_student(context: dg.AssetExecutionContext, config: GRPORunConfig, alfworld: AlfworldResource,
                  warehouse: WarehouseResource, students: StudentResource, training: TrainingLauncher,
                  pipes_client: dg.PipesSubprocessClient) -> dg.MaterializeResult:
+    recipe = config.load(students.recipe_name())
     parent = required_upstream(context, "sft_student", "model_version", config.parent_version)
+    run_id = context.run.run_id
     with warehouse.open() as wh:
-        base = wh.scalar("SELECT base_model FROM model_versions WHERE model_version = ?", [parent])
-        settings = GRPOSettings.for_base(base, **config.model_dump(exclude={"parent_version", "engine",
-                                                                          "curriculum_from", "kl_warning"}))
         if config.curriculum_from is not None:
-            settings = with_curriculum(wh, settings, config.curriculum_from)
-        planned = plan_grpo_version(wh, parent, settings, students.models_root(wh), context.run.run_id,
-                                    data_root=alfworld.root(), engine=config.engine)
-    version = trained(context, warehouse, training, pipes_client, planned)
+            settings = with_curriculum(wh, recipe.grpo, config.curriculum_from, alfworld.root())
+        elif recipe.curriculum is not None:  # the games grpo_curriculum found lost, by id
+            lost = upstream_value(context, "grpo_curriculum", "lost_games")
+            if not lost:
+                raise dg.Failure(f"No curriculum games for partition {context.partition_key!r}: materialize "
+                                 "grpo_curriculum first (its check fails when the student lost no game).",
+                                 allow_retries=False)
+            settings = GRPOSettings.model_validate(recipe.grpo.model_dump() | {
+                "games": list(lost), "games_from": parent, "games_limit": None})
+        else:
+            settings = recipe.grpo
+        version = realize(wh, lambda w: plan_grpo_version(
+            w, parent, settings, students.models_root(w), run_id, data_root=alfworld.root(), engine=config.engine,
+            recipe=recipe.stamp()), training.runner(context, pipes_client))
     register_model_version(context.instance, version.model_version)
     history = version.row["rollout_history"] or []
-    metadata = version_metadata(version) | {"parent_version": dg.MetadataValue.text(parent)} | grpo_curves(version)
+    metadata = version_metadata(version) | {"parent_version": dg.MetadataValue.text(parent)} | grpo_curves(version) \
+        | recipe_metadata(recipe)
     failed = [h.get("episode/failed", 0.0) for h in history]
     check = dg.AssetCheckResult(check_name="grpo_rollouts_healthy", passed=bool(history) and not any(failed),
                                 metadata={"logged_steps": dg.MetadataValue.int(len(history)),

@@ -1,21 +1,25 @@
-"""The student results of issue #9: BPE SFT (the ``small`` preset: 4 epochs on the student rendering), GRPO from
-it, DAgger from it (the student plays train games, the expert labels its states, training goes on from its weights
-on its dataset plus those labels), and a ReAct SFT student trained on as many tokens as the BPE one (equal compute),
-each played greedily on the full valid_seen (140) and valid_unseen (134) splits with a 70-step budget; the
-no-repeat stage also plays the BPE student and its newest child greedily without repeats (``--avoid-repeats``:
-never the same command in the same state), each its own run ``<version>.no-repeat``.
+"""Students of a recipe, measured by the results protocol: choices on ``dev``, held-out splits once per final
+version, several seeds per claim, and every row with what its rerun needs.
 
-    ALFWORLD_DATA=../shared/alfworld EVOHARNESS_DB=.evoharness/students.duckdb python benchmarks/students.py
+    ALFWORLD_DATA=../shared/alfworld EVOHARNESS_DB=/work/runs/students.duckdb \
+        python benchmarks/students.py --recipe small --grpo-seeds 0 1 2
 
-Every stage is an ``evoharness`` command run in order (printed and recorded with its result); each is
-resumable (data and model versions are reused, evaluations keep finished episodes), so rerunning the script
-continues where it stopped. ``--stages`` picks the stages to run; ``--sft-epochs`` trains the SFT students for
-fewer passes (a cheaper parent for GRPO); ``--grpo-steps`` and ``--token-level-loss`` set the GRPO stage's run;
-``--launch`` trains SFT and GRPO under a launcher (two CPU processes: ``ACCELERATE_USE_CPU=true`` and ``--launch
-"accelerate launch --config_file configs/accelerate/multi_cpu.yaml"``). The GRPO stage is the measured recipe: the
-BPE student plays the first 200 train games greedily, then guided GRPO draws the games it lost (``--curriculum-from``,
-``--guided-per-group 2``). Results go to benchmarks/results/students.json; runs of versions an earlier warehouse held
-stay in it.
+Stages, each an ``evoharness`` command run in order (printed, and recorded with the rows they made); each resumes
+(data and model versions are reused, evaluations keep finished episodes), so rerunning continues where it stopped:
+
+- ``data``: the expert on every train game (dev games are not train games), consolidation, curation;
+- ``sft``: the recipe's SFT, once per ``--sft-seeds``;
+- ``grpo``: the recipe's curriculum and GRPO from each SFT version, once per ``--grpo-seeds``;
+- ``dev``: every version of the recipe played on ``dev`` (where choices are made);
+- ``final``: every version played on ``valid_seen`` and ``valid_unseen``: run it once, for a final recipe;
+- ``results``: benchmarks/results/students.json: one row per version (recipe, seed, command chain with launcher and
+  environment, code version, precision and the CPU flags that chose it, success per split played, paired McNemar
+  against the parent) and one claim per recipe stage over its seeds (mean, min–max, seeds significant).
+
+``--set`` overrides recipe values for every stage (a variant, recorded on its versions); ``--launch`` trains SFT and
+GRPO under a launcher (two CPU processes: ``ACCELERATE_USE_CPU=true`` and ``--launch "accelerate launch
+--config_file configs/accelerate/multi_cpu.yaml"``). Rows made by code before recipes are in
+benchmarks/results/archive/.
 """
 
 from __future__ import annotations
@@ -23,262 +27,183 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
+import statistics
 import subprocess
 import time
-from pathlib import Path
+from typing import Any
+
+import report
 
 from evoharness.evaluation.compare import paired_outcomes
-from evoharness.evaluation.run import NO_REPEAT_SUFFIX
-from evoharness.training.reward import RewardConfig
-from evoharness.training.sft import SFTSettings
-from warehouse import Warehouse
+from evoharness.training.recipes import DEFAULT_RECIPE, Recipe, load_recipe
+from warehouse import Warehouse, default_db_path
 
-RESULTS = Path(__file__).resolve().parent / "results" / "students.json"
-GRPO_SETTINGS = ["--max-steps", "12", "--games-per-step", "4", "--num-generations", "4", "--guided-per-group", "2",
-                 "--learning-rate", "2e-4", "--save-steps", "2"]
-CURRICULUM_GAMES = "200"  # train games the BPE student plays greedily; GRPO draws the ones it lost
-# the rest from the small preset (batch-std advantages, bf16 training passes, 70-step episodes, T 1.0, only the tokens
-# that were a choice scored)
-GRPO_FLAGS = {"--max-steps": "max_steps", "--games-per-step": "games_per_step", "--num-generations": "num_generations",
-              "--learning-rate": "learning_rate", "--temperature": "temperature", "--scale-rewards": "scale_rewards",
-              "--episode-steps": "episode_steps", "--save-steps": "save_steps"}
-DAGGER_GAMES, DAGGER_STEPS, DAGGER_LR = "300", "1500", "1e-4"  # 300 train games relabelled; 1,500 steps on the aggregate
-SPLIT_GAMES = {"valid_seen": 140, "valid_unseen": 134}  # an evaluation stopped early says so (resumable)
-DATA = [
-    ["evoharness", "collect", "--teacher", "expert", "--split", "train", "--limit", "900"],
-    ["evoharness", "consolidate", "--teacher", "expert"],
-    ["evoharness", "curate", "--teacher", "expert"],
-]
-SFT_BPE = ["evoharness", "sft", "--teacher", "expert", "--base-model", "small"]
+RESULTS = report.RESULTS / "students.json"
+DEV, HELD_OUT = ("dev",), ("valid_seen", "valid_unseen")
+ENVIRONMENT = ("ALFWORLD_DATA", "EVOHARNESS_DB", "OMP_NUM_THREADS", "ACCELERATE_USE_CPU")
+"""The environment a command's rerun needs, recorded in front of it."""
+DATA = [["evoharness", "collect", "--teacher", "expert", "--split", "train"],
+        ["evoharness", "consolidate", "--teacher", "expert"],
+        ["evoharness", "curate", "--teacher", "expert"]]
 
 
-def sft_command(db: str, view: str, epochs: float | None = None) -> list[str]:
-    """The BPE student on the preset (or ``epochs`` passes); the ReAct student on the preset for as many input
-    tokens as the BPE one saw."""
-    bpe_command = [*SFT_BPE, *(["--epochs", f"{epochs:g}"] if epochs is not None else [])]
-    if view == "bpe":
-        return bpe_command
-    bpe = next(row for row in reversed(versions(db)) if row["model_version"] == sft_version(db, "bpe", epochs))
-    return [*bpe_command, "--view", "react", "--max-tokens", str(bpe["tokens_seen"])]
+def with_environment(command: list[str]) -> str:
+    """``command`` as a shell line with the environment its rerun needs in front of it."""
+    env = [f"{key}={shlex.quote(os.environ[key])}" for key in ENVIRONMENT if os.environ.get(key)]
+    return " ".join([*env, shlex.join(command)])
 
 
 def run(command: list[str]) -> None:
-    print("$", " ".join(command), flush=True)
+    print("$", with_environment(command), flush=True)
     started = time.perf_counter()
-    subprocess.run(command, check=True, env=os.environ | {"OMP_NUM_THREADS": "1"})
+    subprocess.run(command, check=True, env=os.environ | {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
     print(f"  ({time.perf_counter() - started:.0f} s)", flush=True)
 
 
+def recipe_flags(recipe: Recipe, overrides: list[str], seed: int | None = None) -> list[str]:
+    flags = ["--recipe", recipe.name, *[part for item in overrides for part in ("--set", item)]]
+    return [*flags, "--seed", str(seed)] if seed is not None else flags
+
+
 def launched(command: list[str], launch: str | None) -> list[str]:
-    """``command`` (an ``evoharness sft`` or ``grpo``) run under ``launch``, if given."""
     return [*command, "--launch", launch] if launch else command
 
 
-def descendants(rows: list[dict], root: str) -> list[dict]:
-    """The versions trained from ``root`` and from those in turn, in the order ``rows`` (creation order) has them."""
-    family, found = {root}, []
-    for row in rows:
-        if row["parent_version"] in family:
-            family.add(row["model_version"])
-            found.append(row)
+def sft_command(recipe: Recipe, overrides: list[str], seed: int, launch: str | None) -> list[str]:
+    return launched(["evoharness", "sft", "--teacher", "expert", *recipe_flags(recipe, overrides, seed)], launch)
+
+
+def grpo_command(recipe: Recipe, overrides: list[str], parent: str, seed: int, launch: str | None) -> list[str]:
+    return launched(["evoharness", "grpo", "--parent-version", parent, *recipe_flags(recipe, overrides, seed)],
+                    launch)
+
+
+def evaluate_command(version: str, splits: tuple[str, ...]) -> list[str]:
+    return ["evoharness", "evaluate", "--model-version", version, *[p for s in splits for p in ("--split", s)]]
+
+
+def recipe_versions(db: str, recipe: Recipe, overrides: list[str]) -> list[dict[str, Any]]:
+    """The versions this recipe (same file, same overrides but the seed) trained, oldest first."""
+    with Warehouse(db, read_only=True) as wh:
+        columns, rows = wh.query("recipe_model_versions", recipe=recipe.name, recipe_sha256=recipe.sha256)
+    found = []
+    for row in (dict(zip(columns, r, strict=True)) for r in rows):
+        given = [o for o in json.loads(row["recipe_overrides"] or "[]") if not o.split("=")[0].endswith(".seed")]
+        if given == list(overrides):
+            found.append(row | {"settings": json.loads(row["settings"])})
     return found
 
 
-def versions(db: str) -> list[dict]:
-    with Warehouse(db, read_only=True) as wh:  # waits while a running stage holds the file
-        cursor = wh.con.execute("SELECT model_version, stage, parent_version, settings, parameters, seconds, "
-                                "tokens_seen, rollout_history, run_id "
-                                "FROM model_versions WHERE base_model = 'small' OR parent_version IS NOT NULL "
-                                "ORDER BY created_at")
-        names = [d[0] for d in cursor.description]
-        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-
-
-def sft_version(db: str, view: str, epochs: float | None = None) -> str:
-    """The newest SFT version of ``view`` trained from scratch on the preset's prompt set and epochs (or
-    ``epochs``)."""
-    preset = SFTSettings.local_student("small", view=view)
-    for row in reversed(versions(db)):
-        settings = json.loads(row["settings"])
-        if row["stage"] == "sft" and row["parent_version"] is None and settings["view"] == view \
-                and settings["prompt_set"] == preset.prompt_set and settings["epochs"] == (epochs or preset.epochs) \
-                and (view == "react" or settings["max_steps"] is None):
-            return str(row["model_version"])
-    raise LookupError(f"no {view} SFT version on the small preset: run the sft stage")
-
-
-def evaluation(db: str, policy: str) -> dict[str, dict[str, float]]:
-    """The policy's overall row per split of the ``policy_evaluation`` view (the one success_rate definition)."""
+def played(db: str, policy: str, split: str) -> dict[str, Any] | None:
+    """The policy's greedy play on a split at 70 steps (the policy_evaluation view's overall row)."""
     with Warehouse(db, read_only=True) as wh:
-        rows = wh.con.execute(
-            "SELECT split, finished, success_rate, mean_steps, mean_harness_calls, mean_repeats, mean_repeats_lost "
-            "FROM policy_evaluation WHERE policy = ? AND max_steps = 70 AND task_type = 'ALL'", [policy]).fetchall()
-    return {split: {"episodes": n, "games_in_split": SPLIT_GAMES[split], "complete": n == SPLIT_GAMES[split],
-                    "success": success, "mean_steps": steps, "harness_calls": calls, "repeats": repeats,
-                    "repeats_per_lost_game": repeats_lost}
-            for split, n, success, steps, calls, repeats, repeats_lost in rows}
+        _, rows = wh.query("policy_split_summary", policy=policy, split=split, max_steps=70)
+    if not rows:
+        return None
+    episodes, success, steps, calls, repeats_lost = rows[0]
+    return {"episodes": episodes, "success": success, "mean_steps": steps, "harness_calls": calls,
+            "repeats_per_lost_game": repeats_lost}
 
 
-def against_parent(db: str, policy: str, parent_policy: str) -> dict:
-    """``policy`` against its parent played the same way, game by game per split (only-child / only-parent wins,
-    exact McNemar p); empty when they share no game."""
+def against_parent(db: str, policy: str, parent: str) -> dict[str, Any]:
+    """Game by game against the parent per split: only-child and only-parent wins, exact McNemar p."""
     with Warehouse(db, read_only=True) as wh:
-        outcomes = paired_outcomes(wh, policy, parent_policy)
-    return {"against_parent": {o.split: {"games": o.games, "only_child": o.only_policy,
-                                         "only_parent": o.only_baseline, "p_mcnemar": float(f"{o.p_value:.3g}")}
-                               for o in outcomes}} if outcomes else {}
+        outcomes = paired_outcomes(wh, policy, parent)
+    return {o.split: {"games": o.games, "only_child": o.only_policy, "only_parent": o.only_baseline,
+                      "p_mcnemar": float(f"{o.p_value:.3g}")} for o in outcomes}
 
 
-def grpo_curve(row: dict) -> dict:
-    """The GRPO run's per-step curve (success, harness calls per episode, reward terms), also drawn as a PNG."""
-    from evoharness.reporting.charts import save_png
-    from evoharness.reporting.training_curves import grpo_curve_table, grpo_curves_png
-
-    history = json.loads(row["rollout_history"] or "[]")
-    png = save_png(grpo_curves_png(row["model_version"], history), RESULTS.parent / f"{row['model_version']}_curves.png")
-    columns, rows = grpo_curve_table(history)
-    return {"curve_png": str(png.relative_to(RESULTS.parents[2])), "curve_columns": columns, "curve": rows}
+def precision(settings: dict[str, Any]) -> dict[str, Any]:
+    """The precision a version trained in and what chose it (the recipe's ``bf16: auto`` follows the CPU flags)."""
+    return {"bf16": settings["bf16"], "cpu_flags": report.machine()["cpu_flags"]}
 
 
-def grpo_command(parent: str, settings: dict) -> list[str]:
-    """The `evoharness grpo` command that trains a GRPO version with these stored settings."""
-    flags = [part for flag, key in GRPO_FLAGS.items() for part in (flag, str(settings[key]))]
-    call_cost, repeat_cap = settings["reward"]["call_cost"], settings["reward"]["repeat_cap"]
-    forced = settings.get("forced_tokens_in_loss", True)  # runs before the setting scored every token
-    return ["evoharness", "grpo", "--parent-version", parent, *flags,
-            *(["--games-limit", str(settings["games_limit"])] if settings.get("games_limit") else []),
-            *(["--curriculum-from", settings["games_from"]] if settings.get("games_from") else []),
-            *(["--call-cost", str(call_cost)] if call_cost else []),
-            *(["--repeat-cap", str(repeat_cap)] if repeat_cap != RewardConfig().repeat_cap else []),
-            *(["--avoid-repeats"] if settings.get("avoid_repeats") else []),
-            *(["--guided-per-group", str(settings["guided_per_group"])] if settings.get("guided_per_group") else []),
-            "--episode-level-loss" if settings.get("episode_level_loss") else "--no-episode-level-loss",
-            *(["--seed", str(settings["seed"])] if settings.get("seed") else []),
-            *(["--forced-tokens-in-loss"] if forced else [])]
+def version_row(db: str, row: dict[str, Any], chain: list[str]) -> dict[str, Any]:
+    splits = {split: result for split in (*DEV, *HELD_OUT) if (result := played(db, row["model_version"], split))}
+    parent = row["parent_version"]
+    return {"model_version": row["model_version"], "stage": row["stage"], "parent_version": parent,
+            "seed": row["settings"]["seed"], "recipe": row["recipe"], "recipe_sha256": row["recipe_sha256"],
+            "recipe_overrides": json.loads(row["recipe_overrides"] or "[]"), "code_version": row["code_version"],
+            "precision": precision(row["settings"]), "train_seconds": round(row["seconds"], 1),
+            "splits_played": sorted(splits), **splits,
+            "against_parent": against_parent(db, row["model_version"], parent) if parent else {},
+            "command": chain}
 
 
-def curriculum_commands(db: str, settings: dict) -> list[list[str]]:
-    """The evaluation on train games whose lost games a curriculum GRPO run drew (none without a curriculum)."""
-    policy = settings.get("games_from")
-    if not policy:
-        return []
-    with Warehouse(db, read_only=True) as wh:
-        played = wh.scalar("SELECT count(DISTINCT game_id) FROM episodes WHERE teacher = ? AND split = 'train' "
-                           "AND max_steps = ?", [policy, settings["episode_steps"]])
-    return [["evoharness", "evaluate", "--model-version", policy, "--split", "train", "--limit", str(played)]]
+def claims(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per stage and split, over the seeds: mean, min–max success, and how many seeds beat the parent (p < 0.05)."""
+    found = []
+    for stage in ("sft", "grpo"):
+        of_stage = [r for r in rows if r["stage"] == stage]
+        for split in (*DEV, *HELD_OUT):
+            rates = [r[split]["success"] for r in of_stage if r.get(split) and r[split]["success"] is not None]
+            if not rates:
+                continue
+            paired = [r["against_parent"].get(split) for r in of_stage if r["against_parent"].get(split)]
+            found.append({"stage": stage, "split": split, "seeds": len(rates), "mean": round(statistics.mean(rates), 4),
+                          "min": min(rates), "max": max(rates),
+                          "seeds_better_than_parent_p05": sum(p["only_child"] > p["only_parent"] and
+                                                              p["p_mcnemar"] < 0.05 for p in paired) if paired else None,
+                          "mean_gain_over_parent": round(statistics.mean(
+                              r[split]["success"] - parent_rate(rows, r, split) for r in of_stage
+                              if r.get(split) and parent_rate(rows, r, split) is not None), 4) if paired else None})
+    return found
 
 
-def no_repeat_command(version: str) -> list[str]:
-    """The evaluation that plays ``version`` greedily without repeats (policy '<version>.no-repeat')."""
-    return ["evoharness", "evaluate", "--model-version", version, "--avoid-repeats"]
-
-
-def dagger_commands(db: str, parent: str, settings: dict) -> list[list[str]]:
-    """The `evoharness relabel` and `evoharness sft --parent-version` commands that made a DAgger version."""
-    with Warehouse(db, read_only=True) as wh:
-        dataset = wh.con.execute("SELECT dataset_id FROM datasets WHERE config->>'relabelled_by' = ? "
-                                 "ORDER BY created_at DESC", [parent]).fetchone()
-    return [["evoharness", "relabel", "--model-version", parent, "--limit", DAGGER_GAMES],
-            ["evoharness", "sft", "--parent-version", parent, "--dataset", dataset[0] if dataset else "?",
-             "--max-steps", str(settings["max_steps"]), "--learning-rate", str(settings["learning_rate"])]]
-
-
-def write_results(db: str, commands: dict[str, list[list[str]]]) -> None:
-    """One run per model version played greedily, and one more per version also played without repeats. Runs
-    already in the file from trainings this warehouse does not hold (an earlier warehouse's, told apart by the
-    training's run id: the same command on another machine trains the same version id anew) are kept."""
-    held = {(row["model_version"], row["run_id"]) for row in versions(db)}
-    earlier = json.loads(RESULTS.read_text())["runs"] if RESULTS.is_file() else []
-    runs = [r for r in earlier if (r.get("model_version", r["name"]), r.get("run_id")) not in held]
-    for row in versions(db):
-        settings = json.loads(row["settings"])
-        name = row["model_version"]
-        view = "bpe" if row["stage"] == "grpo" else settings.get("view", "bpe")
-        stage = "dagger" if row["stage"] == "sft" and row["parent_version"] else row["stage"]
-        made = [" ".join(c) for c in commands.get(name, [])]
-        run = {"name": name, "model_version": name, "decoding": "greedy", "stage": stage, "mode": view,
-               "parameters": row["parameters"], "parent_version": row["parent_version"],
-               "train_seconds": round(row["seconds"], 1), "tokens_seen": row["tokens_seen"], "run_id": row["run_id"]}
-        parent = row["parent_version"]
-        runs.append(run | evaluation(db, name) | (against_parent(db, name, parent) if parent else {}) |
-                    (grpo_curve(row) if row["stage"] == "grpo" else {}) | {"command": made})
-        no_repeat = evaluation(db, name + NO_REPEAT_SUFFIX)
-        if no_repeat:
-            runs.append(run | {"name": name + NO_REPEAT_SUFFIX, "decoding": "greedy, no repeats"} | no_repeat |
-                        (against_parent(db, name + NO_REPEAT_SUFFIX, parent + NO_REPEAT_SUFFIX) if parent else {}) |
-                        {"command": [*made[:-1], " ".join(no_repeat_command(name))]})
-    RESULTS.write_text(json.dumps({"command": "python benchmarks/students.py", "runs": runs}, indent=1) + "\n")
-    print(f"wrote {RESULTS}")
+def parent_rate(rows: list[dict[str, Any]], row: dict[str, Any], split: str) -> float | None:
+    parent = next((r for r in rows if r["model_version"] == row["parent_version"]), None)
+    return parent[split]["success"] if parent and parent.get(split) else None
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    stages = ["data", "sft", "evaluate", "grpo", "dagger", "no-repeat", "results"]
-    parser.add_argument("--stages", nargs="+", default=stages, choices=stages)
-    parser.add_argument("--views", nargs="+", default=["bpe", "react"], choices=["bpe", "react"],
-                        help="the students the sft and evaluate stages train and play (react needs the bpe one)")
-    parser.add_argument("--sft-epochs", type=float, default=None,
-                        help="passes of the SFT students over the train split [default: the small preset's]")
-    parser.add_argument("--grpo-steps", type=int, default=None,
-                        help=f"GRPO steps [default: {GRPO_SETTINGS[GRPO_SETTINGS.index('--max-steps') + 1]}]")
-    parser.add_argument("--token-level-loss", action="store_true",
-                        help="GRPO with every scored token weighted alike (evoharness grpo --no-episode-level-loss) "
-                             "[default: the preset's, every episode alike]")
-    parser.add_argument("--launch", default=None,
-                        help="train SFT and GRPO under this launcher (evoharness sft/grpo --launch), e.g. two CPU "
-                             "processes: ACCELERATE_USE_CPU=true and --launch 'accelerate launch --config_file "
-                             "configs/accelerate/multi_cpu.yaml' [default: one process]")
+    stages = ["data", "sft", "grpo", "dev", "final", "results"]
+    parser.add_argument("--stages", nargs="+", default=["data", "sft", "grpo", "dev", "results"], choices=stages)
+    parser.add_argument("--recipe", default=DEFAULT_RECIPE)
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        help="override a recipe value for every stage (section.field=value), repeatable")
+    parser.add_argument("--sft-seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--grpo-seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--launch", default=None, help="train SFT and GRPO under this launcher")
     args = parser.parse_args()
-    db = os.environ.get("EVOHARNESS_DB", ".evoharness/warehouse.duckdb")
+    recipe = load_recipe(args.recipe, args.overrides)
+    db = str(default_db_path())
     if "data" in args.stages:
         for command in DATA:
             run(command)
+    sft_commands = {seed: sft_command(recipe, args.overrides, seed, args.launch) for seed in args.sft_seeds}
     if "sft" in args.stages:
-        for view in args.views:
-            run(launched(sft_command(db, view, args.sft_epochs), args.launch))
-    commands: dict[str, list[list[str]]] = {}
-    students: dict[str, str] = {}
-    if {"evaluate", "grpo", "dagger", "no-repeat", "results"} & set(args.stages):
-        for view in ("bpe", "react"):
-            try:
-                students[view] = sft_version(db, view, args.sft_epochs)
-            except LookupError:
-                if view in args.views and {"evaluate", "grpo", "dagger", "no-repeat"} & set(args.stages):
-                    raise  # the results stage writes what exists
-
-    for view, version in students.items():
-        commands[version] = [*DATA, sft_command(db, view, args.sft_epochs),
-                             ["evoharness", "evaluate", "--model-version", version]]
-    if "evaluate" in args.stages:
-        for view in args.views:
-            run(["evoharness", "evaluate", "--model-version", students[view]])
-    grpo_settings = list(GRPO_SETTINGS)
-    if args.grpo_steps:
-        grpo_settings[grpo_settings.index("--max-steps") + 1] = str(args.grpo_steps)
-    bpe = students.get("bpe", "?")
-    grpo = ["evoharness", "grpo", "--parent-version", bpe, "--curriculum-from", bpe, *grpo_settings,
-            *(["--no-episode-level-loss"] if args.token_level_loss else [])]
+        for command in sft_commands.values():
+            run(command)
+    chains: dict[str, list[str]] = {}
+    for row in (r for r in recipe_versions(db, recipe, args.overrides) if r["stage"] == "sft"):
+        chains[row["model_version"]] = [with_environment(c) for c in
+                                        [*DATA, sft_commands.get(row["settings"]["seed"], ["?"])]]
     if "grpo" in args.stages:
-        run(["evoharness", "evaluate", "--model-version", bpe, "--split", "train", "--limit", CURRICULUM_GAMES])
-        run(launched(grpo, args.launch))
-    if "dagger" in args.stages:
-        dagger = {"max_steps": DAGGER_STEPS, "learning_rate": DAGGER_LR}
-        run(dagger_commands(db, bpe, dagger)[0])  # relabel: the relabelled dataset's id exists after it
-        run(dagger_commands(db, bpe, dagger)[1])
-    family = descendants(versions(db), bpe) if students else []
-    for child in family:  # every GRPO and DAgger run from the BPE student or its children, with the commands that made it
-        evaluate_child = ["evoharness", "evaluate", "--model-version", child["model_version"]]
-        if {"grpo", "dagger"} & set(args.stages) and child is family[-1]:
-            run(evaluate_child)
-        settings, parent = json.loads(child["settings"]), child["parent_version"]
-        made = [*curriculum_commands(db, settings), grpo_command(parent, settings)] \
-            if child["stage"] == "grpo" else dagger_commands(db, parent, settings)
-        commands[child["model_version"]] = [*commands[parent][:-1], *made, evaluate_child]
-    if "no-repeat" in args.stages:  # the BPE student and its newest descendant, each played without repeats
-        for version in [bpe, *[c["model_version"] for c in family[-1:]]]:
-            run(no_repeat_command(version))
+        for parent in list(chains):
+            for seed in args.grpo_seeds:
+                run(grpo_command(recipe, args.overrides, parent, seed, args.launch))
+    versions = recipe_versions(db, recipe, args.overrides)
+    for row in (r for r in versions if r["stage"] == "grpo" and r["parent_version"] in chains):
+        command = grpo_command(recipe, args.overrides, row["parent_version"], row["settings"]["seed"], args.launch)
+        chains[row["model_version"]] = [*chains[row["parent_version"]], with_environment(command)]
+    for stage, splits in (("dev", DEV), ("final", HELD_OUT)):
+        if stage in args.stages:
+            for version in chains:
+                run(evaluate_command(version, splits))
     if "results" in args.stages:
-        write_results(db, commands)
+        rows = [version_row(db, row, [*chains[row["model_version"]],
+                                      *[with_environment(evaluate_command(row["model_version"], s))
+                                        for s in (DEV, HELD_OUT)]])
+                for row in versions if row["model_version"] in chains]
+        earlier = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+        kept = [r for r in earlier.get("runs", []) if r["model_version"] not in chains]
+        every = [*kept, *rows]
+        report.write_report(RESULTS, {"command": "python benchmarks/students.py --recipe NAME [--set ...]",
+                                      "runs": every, "claims": earlier.get("claims", {}) | {
+                                          f"{recipe.name} {' '.join(args.overrides)}".strip(): claims(rows)}})
+        print(f"wrote {RESULTS}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""The whole graph in one command, on the tiny preset: games → teacher episodes → BPE examples → SFT dataset →
-SFT student → GRPO student → an evaluation of each, materialized in a persistent Dagster instance.
+"""The whole graph in one command, on the ``tiny`` recipe: games → teacher episodes → BPE examples → SFT dataset →
+SFT student → its curriculum → GRPO student → an evaluation of each, materialized in a persistent Dagster instance.
 
     ALFWORLD_DATA=../shared/alfworld python -m pipelines.demo      # then: dagster dev -m pipelines.definitions
 
@@ -18,9 +18,9 @@ from typing import Any
 DEMO_GAMES = 24
 DEMO_TRAINING: dict[str, Any] = {
     "sft_student": {"config": {"epochs": 3}},
-    "grpo_student": {"config": {"games_limit": 4, "games_per_step": 2, "num_generations": 2, "max_steps": 2,
-                                "episode_steps": 20, "max_new_tokens": 64}},
+    "grpo_student": {"config": {"games_per_step": 2, "num_generations": 2, "max_steps": 2}},
 }
+DEMO_RECIPE = "tiny"
 DEMO_EVALUATION: dict[str, Any] = {"limit": 6, "max_steps": 30, "max_tokens": 96}
 QUIET: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}  # progress, not engine events
 
@@ -31,6 +31,7 @@ def _prepare_environment() -> Path:
     if not (home / "dagster.yaml").exists():
         (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     os.environ.setdefault("EVOHARNESS_DB", str(Path(".evoharness/demo.duckdb").resolve()))
+    os.environ.setdefault("EVOHARNESS_RECIPE", DEMO_RECIPE)  # a demonstration of the graph, not a player
     return home
 
 
@@ -54,7 +55,7 @@ def main() -> None:
         run_config |= QUIET
         distilled = defs.resolve_job_def("distill_teacher").execute_in_process(
             run_config=run_config, instance=instance, partition_key="expert")
-        print(f"distill_teacher (expert, {DEMO_GAMES} games → SFT → GRPO): "
+        print(f"distill_teacher (expert, {DEMO_GAMES} games → SFT → curriculum → GRPO): "
               f"{'ok' if distilled.success else 'FAILED'} ({time.perf_counter() - started:.0f} s)")
         for check in distilled.get_asset_check_evaluations():
             print(f"  check {check.asset_key.to_user_string()}.{check.check_name}: "

@@ -1,17 +1,17 @@
-"""Dagster resources: the warehouse file, the ALFWorld data folder and the student base, all configurable."""
+"""Dagster resources: the warehouse file, the ALFWorld data folder, the training recipe and the training launcher."""
 
 from __future__ import annotations
 
 import os
-import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
 from evoharness.envs.alfworld.catalog import GameCatalog
-from evoharness.training.tiny_student import TINY
+from evoharness.training.model_versions import TrainingJob
+from evoharness.training.realize import child_command, child_env, job_files, read_result
+from evoharness.training.recipes import DEFAULT_RECIPE
 from warehouse import Warehouse, default_db_path
 
 
@@ -32,8 +32,7 @@ class WarehouseResource(dg.ConfigurableResource):
         if not os.path.exists(path):
             return []
         with Warehouse(path, read_only=True, lock_wait_s=lock_wait_s) as wh:
-            return [r[0] for r in wh.con.execute(
-                "SELECT model_version FROM model_versions ORDER BY created_at, model_version").fetchall()]
+            return [r[0] for r in wh.query("model_versions_by_creation")[1]]
 
 
 class AlfworldResource(dg.ConfigurableResource):
@@ -49,45 +48,45 @@ class AlfworldResource(dg.ConfigurableResource):
 
 
 class StudentResource(dg.ConfigurableResource):
-    """Where students start and where they are saved. ``base_model``: a hub id (``Qwen/Qwen3-8B``), a local
-    folder, or ``tiny`` (built locally; the default, from ``$EVOHARNESS_STUDENT_BASE`` when set).
-    ``models_dir`` defaults to ``<warehouse folder>/models``."""
+    """How students are trained and where they are saved. ``recipe``: a recipe name or path (``configs/recipes``;
+    default ``$EVOHARNESS_RECIPE``, else ``small``, the recipe that makes a student that plays on a CPU machine;
+    the demo and the tests choose ``tiny``). ``models_dir`` defaults to ``<warehouse folder>/models``."""
 
-    base_model: str = ""
+    recipe: str = ""
     models_dir: str = ""
 
-    def base(self) -> str:
-        return self.base_model or os.environ.get("EVOHARNESS_STUDENT_BASE", TINY)
+    def recipe_name(self) -> str:
+        return self.recipe or os.environ.get("EVOHARNESS_RECIPE", DEFAULT_RECIPE)
 
     def models_root(self, warehouse: Warehouse) -> str:
         return self.models_dir or str(warehouse.path.parent / "models")
 
 
 class TrainingLauncher(dg.ConfigurableResource):
-    """Runs a training job in a child process through Dagster Pipes (``pipelines/train_child.py``), so the
-    Dagster process never imports torch. ``launch_command`` starts Python in the child: empty for this
-    interpreter, or e.g. ``accelerate launch --config_file configs/accelerate/zero3.yaml`` for several GPUs
-    (``$EVOHARNESS_TRAIN_LAUNCH`` when unset). The Pipes client is the ``pipes_client`` resource: a
-    ``PipesSubprocessClient`` here; a Kubernetes or cloud Pipes client is a swap of that resource."""
+    """Runs a training job in a child process through Dagster Pipes (the child entry point
+    :mod:`evoharness.training.job_runner`), so the Dagster process never imports torch. ``launch_command`` starts
+    Python in the child: empty for this interpreter, or e.g. ``accelerate launch --config_file
+    configs/accelerate/multi_cpu.yaml`` for two CPU processes (``$EVOHARNESS_TRAIN_LAUNCH`` when unset). The Pipes
+    client is the ``pipes_client`` resource: a ``PipesSubprocessClient`` here; a Kubernetes or cloud Pipes client is
+    a swap of that resource."""
 
     launch_command: str = ""
 
-    def command(self, job_file: Path) -> list[str]:
-        prefix = shlex.split(self.launch_command or os.environ.get("EVOHARNESS_TRAIN_LAUNCH", "")) or [sys.executable]
-        return [*prefix, "-m", "pipelines.train_child", str(job_file)]
+    def runner(self, context: dg.AssetExecutionContext, pipes_client: Any) -> PipesRunner:
+        launch = self.launch_command or os.environ.get("EVOHARNESS_TRAIN_LAUNCH", "")
+        return PipesRunner(context, pipes_client, launch)
 
-    def run(self, context: dg.AssetExecutionContext, pipes_client: Any, job: Any) -> dict[str, Any]:
-        """Train ``job`` (a ``TrainingJob``) in the child; the result it reported."""
-        folder = Path(job.output_dir)
-        folder.mkdir(parents=True, exist_ok=True)
-        job_file = folder / "job.json"
-        job_file.write_text(job.model_dump_json())
-        repo = str(Path(__file__).resolve().parents[1])
-        env = {"PYTHONPATH": os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH", "")) if p)}
-        invocation = pipes_client.run(context=context, command=self.command(job_file), env=env, cwd=repo,
-                                      extras={"model_version": job.model_version})
-        reported = [m for m in invocation.get_custom_messages()
-                    if isinstance(m, dict) and m.get("model_version") == job.model_version]
-        if not reported:
-            raise RuntimeError(f"the training child of {job.model_version} ended without reporting a result")
-        return dict(reported[-1]["result"])
+
+class PipesRunner:
+    """A :class:`~evoharness.training.realize.JobRunner` that trains in the child through Dagster Pipes: its
+    progress appears in the run's log, its result is read from the file the child wrote."""
+
+    def __init__(self, context: dg.AssetExecutionContext, pipes_client: Any, launch_command: str) -> None:
+        self.context, self.pipes_client, self.launch_command = context, pipes_client, launch_command
+
+    def run(self, job: TrainingJob) -> dict[str, Any]:
+        job_file, result_file = job_files(job)
+        self.pipes_client.run(context=self.context, command=child_command(self.launch_command, job_file, result_file),
+                              env=child_env(), cwd=str(Path(__file__).resolve().parents[1]),
+                              extras={"model_version": job.model_version})
+        return read_result(result_file, job)

@@ -4,7 +4,8 @@ A teacher "is new" when its registry entry (``teachers.yaml``) has no ``teacher_
 materialization. The sensor adds missing partition keys. Automatic runs are opt-in: only a teacher marked
 ``auto_distill`` (``evoharness teacher add NAME ... --auto-distill``), under its spend cap, whose preflight
 passes (one real call) gets a ``distill_teacher`` run; every other one is named in the skip reason with
-why. A run is collection on ``distill_games`` train games, consolidation, curation, SFT and GRPO, each gated by
+why. A run is collection on ``distill_games`` train games, consolidation, curation, SFT, the curriculum and GRPO
+(the recipe of the ``students`` resource), each gated by
 its blocking checks; the new model versions then become evaluation runs (``new_model_version_sensor``). The
 run key carries the entry's sha, so an edited entry is requested again but a failed run is not retried in a
 loop (rerun it from the UI; every stage resumes where it stopped).
@@ -32,13 +33,14 @@ from warehouse import Warehouse, WarehouseOpenError, load_query
 TEACHER_EPISODES = dg.AssetKey("teacher_episodes")
 
 DISTILLATION_ASSETS = (TEACHER_EPISODES, dg.AssetKey("bpe_examples"), dg.AssetKey("sft_dataset"),
-                       dg.AssetKey("sft_student"), dg.AssetKey("grpo_student"))
+                       dg.AssetKey("sft_student"), dg.AssetKey("grpo_curriculum"), dg.AssetKey("grpo_student"))
 
 distill_teacher_job = dg.define_asset_job(
     "distill_teacher",
     selection=dg.AssetSelection.assets(*DISTILLATION_ASSETS),
-    description="One teacher (the partition) from episodes on train games to a curated dataset, an SFT student "
-                "and its GRPO successor (each new model version then gets an evaluation run).",
+    description="One teacher (the partition) from episodes on train games to a curated dataset, an SFT student, "
+                "its curriculum and its GRPO successor, trained as the students resource's recipe says (each new "
+                "model version then gets an evaluation run).",
 )
 
 

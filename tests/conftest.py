@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -64,6 +65,57 @@ def curated_db(curated: tuple[Path, str], tmp_path: Path) -> Path:
     return Path(shutil.copy(curated[0], tmp_path / "curated.duckdb"))
 
 
+def recipe_settings(recipe: str, section: str, **overrides: Any) -> Any:
+    """The settings of a recipe's ``section`` with ``overrides``, validated as that stage's settings."""
+    from evoharness.training.recipes import load_recipe
+
+    base = getattr(load_recipe(recipe), section)
+    return type(base).model_validate(base.model_dump() | overrides)
+
+
+def write_recipe(folder: Path, name: str = "quick", base: str = "tiny", **sections: dict[str, Any]) -> Path:
+    """A recipe file ``<folder>/<name>.yaml``: the shipped ``base`` recipe with ``sections``' values set (a section
+    given as None is removed)."""
+    import yaml
+
+    from evoharness.training.recipes import recipe_path
+
+    data = yaml.safe_load(recipe_path(base).read_text())
+    for section, values in sections.items():
+        data[section] = None if values is None else (data.get(section) or {}) | values
+    path = Path(folder) / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def tiny_sft_settings(**overrides: Any) -> Any:
+    return recipe_settings("tiny", "sft", **overrides)
+
+
+def tiny_grpo_settings(**overrides: Any) -> Any:
+    return recipe_settings("tiny", "grpo", **overrides)
+
+
+def train_sft_version(wh: Any, dataset_id: str, settings: Any, models_root: Any, run_id: str,
+                      parent_version: str | None = None, on_log: Any = None) -> Any:
+    """Train (or reuse) an SFT version in this process through the one realize path."""
+    from evoharness.training.model_versions import plan_sft_version
+    from evoharness.training.realize import InProcess, realize
+
+    return realize(wh, lambda w: plan_sft_version(w, dataset_id, settings, models_root, run_id, parent_version),
+                   InProcess(on_log))
+
+
+def train_grpo_version(wh: Any, parent_version: str, settings: Any, models_root: Any, run_id: str,
+                       data_root: str | None = None, engine: str | None = None, on_log: Any = None) -> Any:
+    """Train (or reuse) a GRPO version in this process through the one realize path."""
+    from evoharness.training.model_versions import plan_grpo_version
+    from evoharness.training.realize import InProcess, realize
+
+    return realize(wh, lambda w: plan_grpo_version(w, parent_version, settings, models_root, run_id, data_root,
+                                                   engine), InProcess(on_log))
+
+
 def subprocess_env() -> dict[str, str]:
     """The environment for a child Python process: this checkout first on ``PYTHONPATH``, so the child runs
     this worktree's code (not the installed copy)."""
@@ -101,8 +153,6 @@ def overfit(tmp_path_factory: pytest.TempPathFactory, alfworld_data: Path) -> tu
     from evoharness.consolidation.rules import RuleConsolidator
     from evoharness.curation.build import curate
     from evoharness.curation.config import CurationConfig
-    from evoharness.training.model_versions import train_sft_version
-    from evoharness.training.sft import SFTSettings
     from warehouse import Warehouse
 
     folder = tmp_path_factory.mktemp("overfit")
@@ -112,6 +162,6 @@ def overfit(tmp_path_factory: pytest.TempPathFactory, alfworld_data: Path) -> tu
     consolidate(ConsolidationConfig(engine="fast", workers=0), db, RuleConsolidator(), "t")
     with Warehouse(db) as wh:
         dataset = curate(wh, CurationConfig(output_dir=str(folder / "datasets"), validation_fraction=0.0), "t")
-        settings = SFTSettings.tiny_student(**OVERFIT_SETTINGS)
+        settings = tiny_sft_settings(**OVERFIT_SETTINGS)
         version = train_sft_version(wh, dataset.dataset_id, settings, folder / "models", "t")
     return db, version.model_version, folder / "models"

@@ -13,7 +13,17 @@ from evoharness.envs.alfworld.catalog import TASK_TYPES, AlfworldDataError, Game
 def test_official_split_sizes(catalog: GameCatalog) -> None:
     assert len(catalog.games("valid_seen")) == 140
     assert len(catalog.games("valid_unseen")) == 134
-    assert len(catalog.games("train")) == 900
+    assert len(catalog.games("train")) + len(catalog.games("dev")) == 900  # the train games of ../shared/alfworld
+
+
+def test_dev_is_carved_from_train_by_a_seeded_draw(catalog: GameCatalog, alfworld_data: Path) -> None:
+    """25 train games of each task type are dev games: never train games, the same draw every time."""
+    dev, train = catalog.games("dev"), catalog.games("train")
+    assert [g.task_type for g in dev].count(TASK_TYPES[0]) == 25 and len(dev) == 25 * len(TASK_TYPES)
+    assert not {g.game_id for g in dev} & {g.game_id for g in train}
+    assert all(g.split == "dev" and g.game_id.startswith("train/") for g in dev)  # ids keep the files' place
+    assert [g.game_id for g in GameCatalog(alfworld_data).games("dev")] == [g.game_id for g in dev]
+    assert catalog.get(dev[0].game_id).split == "dev"
 
 
 def test_first_games_cycle_through_task_types(catalog: GameCatalog) -> None:

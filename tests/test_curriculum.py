@@ -9,7 +9,9 @@ import pytest
 
 from evoharness.collection import CollectionConfig, collect
 from evoharness.training.curriculum import lost_train_games, with_curriculum
-from evoharness.training.grpo import GRPOSettings, training_games
+from evoharness.training.grpo import training_games
+from evoharness.training.grpo_config import GRPOSettings
+from tests.conftest import tiny_grpo_settings
 from warehouse import Warehouse
 
 SHORT = 3  # a budget in which the expert wins none of these games
@@ -40,7 +42,7 @@ def test_lost_games_are_the_ones_lost_at_that_budget(played: Path) -> None:
 def test_grpo_draws_only_the_lost_games_and_names_them(played: Path) -> None:
     from evoharness.training.model_versions import version_id
 
-    settings = GRPOSettings.tiny_student(episode_steps=SHORT)
+    settings = tiny_grpo_settings(episode_steps=SHORT)
     with Warehouse(played) as wh:
         lost = lost_train_games(wh, "expert", SHORT)
         curriculum = with_curriculum(wh, settings, "expert")

@@ -14,6 +14,7 @@ from evoharness.testing.teachers import TEST_KEY_ENV, loopback_teacher, write_re
 from pipelines.definitions import defs
 from pipelines.partitions import TEACHER_PARTITIONS_NAME, register_teachers
 from pipelines.resources import AlfworldResource, WarehouseResource
+from tests.conftest import write_recipe
 
 
 def test_definitions_load() -> None:
@@ -69,11 +70,10 @@ def test_distill_teacher_job_turns_a_teacher_into_a_dataset(tmp_path: Path, alfw
     monkeypatch.setenv("EVOHARNESS_DB", str(db))
     monkeypatch.setenv("ALFWORLD_DATA", str(alfworld_data))
     run_config = distillation_run_config(EXPERT.model_copy(update={"distill_games": 6}))
-    run_config["ops"] |= {  # the shortest real training: the full run is tests/test_pipeline_e2e.py (slow)
-        "sft_student": {"config": {"max_steps": 4, "max_length": 1024}},
-        "grpo_student": {"config": {"games_limit": 2, "games_per_step": 1, "num_generations": 2, "max_steps": 1,
-                                    "episode_steps": 2, "max_new_tokens": 8}},
-    }
+    # the shortest real training, as the deployment's recipe: the full run is tests/test_pipeline_e2e.py (slow)
+    monkeypatch.setenv("EVOHARNESS_RECIPE", str(write_recipe(
+        tmp_path, sft={"max_steps": 4, "max_length": 1024}, curriculum={"limit": 2},
+        grpo={"games_per_step": 1, "num_generations": 2, "max_steps": 1, "episode_steps": 2, "max_new_tokens": 8})))
     with dg.instance_for_test() as instance:
         register_teachers(instance)
         result = defs.resolve_job_def("distill_teacher").execute_in_process(
@@ -81,13 +81,21 @@ def test_distill_teacher_job_turns_a_teacher_into_a_dataset(tmp_path: Path, alfw
         assert len(instance.get_dynamic_partitions("model_version")) == 2
     assert result.success
     materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
-    assert materialized == {"teacher_episodes", "bpe_examples", "sft_dataset", "sft_student", "grpo_student"}
+    assert materialized == {"teacher_episodes", "bpe_examples", "sft_dataset", "sft_student", "grpo_curriculum",
+                            "grpo_student"}
     checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
     assert checks == {"teacher_episodes_integrity": True, "bpe_examples_quality": True,
-                      "sft_dataset_no_eval_games": True, "sft_student_learned": True, "grpo_rollouts_healthy": True,
+                      "sft_dataset_no_eval_games": True, "sft_student_learned": True,
+                      "grpo_curriculum_has_games": True, "grpo_rollouts_healthy": True,
                       "grpo_stayed_near_parent": True}
     with duckdb.connect(str(db), read_only=True) as con:
-        assert con.execute("SELECT count(*), min(split), max(split) FROM episodes").fetchone() == (6, "train", "train")
+        assert con.execute("SELECT count(*), min(split), max(split) FROM episodes WHERE teacher = 'expert'"
+                           ).fetchone() == (6, "train", "train")
+        recipe = con.execute("SELECT DISTINCT recipe FROM model_versions").fetchall()
+        assert recipe == [("quick",)]  # both versions record the recipe that trained them
+        lost = con.execute("SELECT count(DISTINCT game_id) FROM episodes WHERE split = 'train' AND teacher <> 'expert'"
+                           ).fetchone()[0]
+        assert lost == 2  # the curriculum: the SFT student's play on the first 2 train games
         assert con.execute("SELECT count(*) FROM datasets WHERE teacher = 'expert'").fetchone()[0] == 1
 
 

@@ -9,11 +9,11 @@ import pytest
 
 from evoharness.collection import CollectionConfig, collect
 from evoharness.evaluation.run import NO_REPEAT_SUFFIX, EvaluationConfig, evaluate
-from evoharness.training.model_versions import teacher_datasets, train_sft_version
-from evoharness.training.sft import SFTSettings
+from evoharness.training.model_versions import teacher_datasets
+from tests.conftest import tiny_sft_settings, train_sft_version
 from warehouse import Warehouse
 
-TINY_TRAINING = SFTSettings.tiny_student(max_steps=2, logging_steps=1, max_length=1024)
+TINY_TRAINING = tiny_sft_settings(max_steps=2, logging_steps=1, max_length=1024)
 QUICK = {"splits": ("valid_seen",), "limit": 2, "max_steps": 3, "max_tokens": 16}  # 3 steps: no game is winnable
 
 
@@ -84,7 +84,8 @@ def test_cli_trained_version_gets_an_evaluation_run_on_the_next_sensor_tick(cura
     from pipelines.resources import AlfworldResource, WarehouseResource
     from pipelines.sensors import new_model_version_sensor
 
-    trained = CliRunner().invoke(app, ["sft", "--teacher", "expert", "--max-steps", "2", "--max-length", "1024",
+    trained = CliRunner().invoke(app, ["sft", "--teacher", "expert", "--recipe", "tiny", "--max-steps", "2",
+                                       "--max-length", "1024",
                                        "--models-dir", str(tmp_path), "--db", str(curated_db)])
     assert trained.exit_code == 0, trained.output
     assert "dataset: sft-expert@v1 (the teacher's latest" in trained.output

@@ -49,7 +49,7 @@ def overlapped(tmp_path_factory: pytest.TempPathFactory, alfworld_data: Path) ->
     folder = tmp_path_factory.mktemp("lineage")
     db = folder / "w.duckdb"
     resources = {"warehouse": WarehouseResource(path=str(db)), "alfworld": AlfworldResource(),
-                 "students": StudentResource(models_dir=str(folder / "models")),
+                 "students": StudentResource(recipe="tiny", models_dir=str(folder / "models")),
                  "training": TrainingLauncher(), "pipes_client": dg.PipesSubprocessClient()}
     mp = pytest.MonkeyPatch()
     with LoopbackServer(WalkthroughPlayer.for_split("train", limit=6)) as server:

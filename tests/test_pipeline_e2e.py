@@ -9,6 +9,8 @@ import dagster as dg
 import duckdb
 import pytest
 
+from tests.conftest import write_recipe
+
 pytestmark = pytest.mark.slow
 
 
@@ -24,16 +26,16 @@ def test_teacher_to_evaluated_students(tmp_path: Path, alfworld_data: Path, monk
     with dg.instance_for_test() as instance:
         register_teachers(instance)
         run_config = distillation_run_config(EXPERT.model_copy(update={"distill_games": 12}))
-        run_config["ops"] |= {
-            "sft_student": {"config": {"epochs": 2}},
-            "grpo_student": {"config": {"games_limit": 4, "games_per_step": 2, "num_generations": 2, "max_steps": 2,
-                                        "episode_steps": 8, "max_new_tokens": 48}},
-        }
+        monkeypatch.setenv("EVOHARNESS_RECIPE", str(write_recipe(
+            tmp_path, sft={"epochs": 2}, curriculum={"limit": 4},
+            grpo={"games_per_step": 2, "num_generations": 2, "max_steps": 2, "episode_steps": 8,
+                  "max_new_tokens": 48})))
         distilled = defs.resolve_job_def("distill_teacher").execute_in_process(
             run_config=run_config, instance=instance, partition_key="expert")
         assert distilled.success
         materialized = {e.asset_key.to_user_string() for e in distilled.get_asset_materialization_events()}
-        assert materialized == {"teacher_episodes", "bpe_examples", "sft_dataset", "sft_student", "grpo_student"}
+        assert materialized == {"teacher_episodes", "bpe_examples", "sft_dataset", "sft_student", "grpo_curriculum",
+                                "grpo_student"}
         checks = {c.check_name: c.passed for c in distilled.get_asset_check_evaluations()}
         assert all(checks.values()) and {"sft_student_learned", "grpo_rollouts_healthy"} <= set(checks)
 

@@ -10,8 +10,9 @@ import pytest
 from evoharness.curation.build import DatasetResult
 from evoharness.curation.relabelled import LABEL_CONSOLIDATOR, curate_relabelled
 from evoharness.harness.grammar import ActionKind, parse_turn
-from evoharness.training.model_versions import continued_sft_settings, train_sft_version
+from evoharness.training.model_versions import continued_sft_settings
 from evoharness.training.relabel import RelabelConfig, collect_expert_labels, relabel_policy_name
+from tests.conftest import train_sft_version
 from warehouse import Warehouse
 
 # Game 0 is the one the student learned by heart; on game 1 it makes mistakes for the expert to correct.
@@ -101,7 +102,7 @@ def test_dagster_materializes_the_relabelled_dataset_and_student(overfit: tuple[
         wh.con.execute("CHECKPOINT")
     shutil.copy(db, copy)
     resources = {"warehouse": WarehouseResource(path=str(copy)), "alfworld": AlfworldResource(),
-                 "students": StudentResource(models_dir=str(tmp_path / "models")), "training": TrainingLauncher(),
+                 "students": StudentResource(recipe="tiny", models_dir=str(tmp_path / "models")), "training": TrainingLauncher(),
                  "pipes_client": dg.PipesSubprocessClient()}
     config = {"ops": {"relabelled_dataset": {"config": {"model_version": model_version, "limit": 1, "max_steps": 8,
                                                         "max_tokens": 64, "engine": "fast"}},

@@ -54,15 +54,13 @@ def _stages() -> list[tuple[str, dict[str, Any], Callable[..., Any], type]]:
     from assets.curation import CurationRunConfig
     from assets.episodes import CollectionRunConfig
     from assets.evaluation import EvaluationRunConfig
-    from assets.relabelling import RelabelRunConfig
     from evoharness.collection import CollectionConfig
     from evoharness.consolidation.config import ConsolidationConfig, LLMSettings
     from evoharness.curation.config import CurationConfig
     from evoharness.evaluation.run import EvaluationConfig
-    from evoharness.training.relabel import RelabelConfig
     from evoharness_cli.cli import collect_command
     from evoharness_cli.cli_data import consolidate_command, curate_command
-    from evoharness_cli.cli_training import evaluate_command, relabel_command
+    from evoharness_cli.cli_evaluation import evaluate_command
 
     return [
         ("collection", _library(CollectionConfig), collect_command, CollectionRunConfig),
@@ -70,11 +68,10 @@ def _stages() -> list[tuple[str, dict[str, Any], Callable[..., Any], type]]:
          ConsolidationRunConfig),
         ("curation", _library(CurationConfig), curate_command, CurationRunConfig),
         ("evaluation", _library(EvaluationConfig), evaluate_command, EvaluationRunConfig),
-        ("relabelling", _library(RelabelConfig), relabel_command, RelabelRunConfig),
     ]
 
 
-@pytest.mark.parametrize("stage", ["collection", "consolidation", "curation", "evaluation", "relabelling"])
+@pytest.mark.parametrize("stage", ["collection", "consolidation", "curation", "evaluation"])
 def test_cli_dagster_and_library_defaults_are_equal(stage: str) -> None:
     name, library, command, run_config = next(s for s in _stages() if s[0] == stage)
     cli, dagster = _cli(command, library), _dagster(run_config)

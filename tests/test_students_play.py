@@ -12,8 +12,7 @@ from pathlib import Path
 
 from evoharness.collection import CollectionConfig
 from evoharness.evaluation.run import EvaluationConfig, evaluate
-from evoharness.training.grpo import GRPOSettings
-from evoharness.training.model_versions import train_grpo_version
+from tests.conftest import tiny_grpo_settings, train_grpo_version
 from warehouse import Warehouse
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,7 +37,7 @@ def test_grpo_on_a_winnable_game_scores_and_updates(overfit: tuple[Path, str, Pa
     from transformers import AutoModelForCausalLM
 
     db, model_version, models = overfit
-    settings = GRPOSettings.tiny_student(games_limit=1, games_per_step=1, num_generations=6, max_steps=1,
+    settings = tiny_grpo_settings(games_limit=1, games_per_step=1, num_generations=6, max_steps=1,
                                          episode_steps=TRAINED_BUDGET, temperature=1.0, max_new_tokens=64,
                                          learning_rate=1e-3)
     with Warehouse(db) as wh:
@@ -56,8 +55,9 @@ def test_grpo_on_a_winnable_game_scores_and_updates(overfit: tuple[Path, str, Pa
 
 RESUMABLE_RUN = """
 import sys
-from evoharness.training.sft import SFTSettings, train_sft
-settings = SFTSettings.tiny_student(max_steps=6, save_steps=2, logging_steps=1, max_length=1024)
+from evoharness.training.sft import train_sft
+from tests.conftest import tiny_sft_settings
+settings = tiny_sft_settings(max_steps=6, save_steps=2, logging_steps=1, max_length=1024)
 train_sft(sys.argv[1], sys.argv[2], settings)
 """
 

@@ -3,11 +3,9 @@ the Dagster asset."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from types import ModuleType
 
 import dagster as dg
 import pytest
@@ -16,8 +14,7 @@ import torch
 from evoharness.agents.records import EpisodeRecord, EpisodeSpec
 from evoharness.collection import CollectionConfig, collect
 from evoharness.harness.prompts import Mode
-from evoharness.training.grpo import (
-    GRPOSettings,
+from evoharness.training.grpo_samples import (
     episode_loss_tokens,
     episode_weighted,
     group_advantages,
@@ -25,17 +22,20 @@ from evoharness.training.grpo import (
 )
 from evoharness.training.model_versions import (
     teacher_datasets,
-    train_grpo_version,
-    train_sft_version,
     version_id,
 )
 from evoharness.training.rollout import Rollout, TurnTokens
-from evoharness.training.sft import SFTSettings
 from evoharness.training.student_card import CARD_FILE
-from tests.conftest import REPO
+from tests.conftest import (
+    recipe_settings,
+    tiny_grpo_settings,
+    tiny_sft_settings,
+    train_grpo_version,
+    train_sft_version,
+)
 from warehouse import Warehouse
 
-QUICK = GRPOSettings.tiny_student(games_limit=2, games_per_step=1, num_generations=2, max_steps=2, episode_steps=3,
+QUICK = tiny_grpo_settings(games_limit=2, games_per_step=1, num_generations=2, max_steps=2, episode_steps=3,
                                   max_new_tokens=12)
 
 
@@ -55,18 +55,19 @@ def test_batch_scaling_keeps_a_failed_groups_small_differences_small() -> None:
     assert by_batch[0] > 1.0 and 0 < by_batch[2] < by_batch[0] / 50  # the win dominates the step
 
 
-def test_presets() -> None:
-    paper = GRPOSettings.for_base("Qwen/Qwen3-8B", lora_r=16, call_cost=0.05)
+def test_recipes_grpo_sections() -> None:
+    paper = recipe_settings("qwen3-8b", "grpo", lora={"r": 16, "alpha": 32},
+                            reward={"call_cost": 0.05})
     assert (paper.games_per_step, paper.num_generations, paper.learning_rate, paper.beta) == (16, 8, 1e-6, 0.01)
     assert (paper.episode_steps, paper.max_new_tokens, paper.epochs) == (70, 512, 150)
     assert paper.lora is not None and (paper.lora.r, paper.lora.alpha) == (16, 32)
     assert paper.reward.call_cost == 0.05 and paper.reward.diversity_max == 0.5
-    small = GRPOSettings.for_base("small")
+    small = recipe_settings("small", "grpo")
     assert small.episode_steps == CollectionConfig.max_steps  # the budget in every SFT prompt ("Step k/70")
     assert not small.forced_tokens_in_loss and not paper.forced_tokens_in_loss
     assert small.episode_level_loss and not paper.episode_level_loss  # token-weighted lost the 1-epoch student games
-    assert not GRPOSettings.for_base("small", episode_level_loss=False).episode_level_loss
-    tiny = GRPOSettings.for_base("tiny", max_steps=3)
+    assert not recipe_settings("small", "grpo", episode_level_loss=False).episode_level_loss
+    tiny = recipe_settings("tiny", "grpo", max_steps=3)
     assert (tiny.games_per_step, tiny.num_generations, tiny.games_limit, tiny.max_steps, tiny.lora) == (2, 4, 32, 3,
                                                                                                          None)
 
@@ -119,7 +120,7 @@ def test_episode_level_loss_weighs_a_long_loss_as_much_as_a_short_win(catalog) -
     assert net_weight(balanced) == pytest.approx(0.0)
     assert episode_weighted(torch.tensor([1.0]), torch.tensor([0.0]), 5.0).tolist() == [0.0]  # nothing scored
     with pytest.raises(ValueError, match="normalized over tokens"):
-        GRPOSettings.tiny_student(episode_level_loss=True, loss_type="grpo")  # per-turn means: another weighting
+        tiny_grpo_settings(episode_level_loss=True, loss_type="grpo")  # per-turn means: another weighting
 
 
 @pytest.mark.parametrize("avoid_repeats", [False, True])
@@ -135,7 +136,7 @@ def test_rollouts_avoiding_repeats_never_repeat_a_command_in_a_state(tmp_path: P
     from evoharness.training.reward import TrajectoryStats
 
     path = build_tiny_qwen3(tmp_path / "m")
-    settings = GRPOSettings.tiny_student(episode_steps=10, max_new_tokens=256, temperature=1e-3,
+    settings = tiny_grpo_settings(episode_steps=10, max_new_tokens=256, temperature=1e-3,
                                          avoid_repeats=avoid_repeats)
     engine = rollout_engine(settings, None, None, None)
     try:
@@ -150,7 +151,7 @@ def test_rollouts_avoiding_repeats_never_repeat_a_command_in_a_state(tmp_path: P
     assert (in_state == 0) if avoid_repeats else (in_state > 0 and stats.repeats >= in_state)
     if avoid_repeats:  # a vLLM server samples unconstrained: it cannot leave commands out
         with pytest.raises(ValueError, match="constrained decoding"):
-            GRPOSettings.tiny_student(avoid_repeats=True, vllm_server_url="http://127.0.0.1:8000")
+            tiny_grpo_settings(avoid_repeats=True, vllm_server_url="http://127.0.0.1:8000")
 
 
 def test_guided_episodes_are_the_first_of_each_group_and_only_they_avoid_repeats(tmp_path: Path) -> None:
@@ -164,7 +165,7 @@ def test_guided_episodes_are_the_first_of_each_group_and_only_they_avoid_repeats
     from evoharness.training.grpo import rollout_engine, training_games
 
     path = build_tiny_qwen3(tmp_path / "m")
-    settings = GRPOSettings.tiny_student(episode_steps=10, max_new_tokens=256, temperature=1e-3, num_generations=2,
+    settings = tiny_grpo_settings(episode_steps=10, max_new_tokens=256, temperature=1e-3, num_generations=2,
                                          guided_per_group=1)
     engine = rollout_engine(settings, None, None, None)
     try:  # positions 2 and 3 of the step: the second group, as another process would play it
@@ -182,11 +183,11 @@ def test_guided_episodes_are_the_first_of_each_group_and_only_they_avoid_repeats
                                       {"guided_per_group": 1, "vllm_server_url": "http://127.0.0.1:8000"}])
 def test_guided_episodes_leave_one_to_the_policy_and_need_constrained_decoding(settings: dict) -> None:
     with pytest.raises(ValueError, match="guided_per_group"):
-        GRPOSettings.tiny_student(num_generations=4, **settings)
+        tiny_grpo_settings(num_generations=4, **settings)
 
 
 def test_a_guided_episode_keeps_a_positive_advantage_and_loses_a_negative_one() -> None:
-    from evoharness.training.grpo import wins_only_when_guided
+    from evoharness.training.grpo_samples import wins_only_when_guided
 
     advantages = torch.tensor([1.5, -1.5, 0.5, -0.5])
     guided = torch.tensor([True, True, False, False])
@@ -203,14 +204,14 @@ def test_guided_runs_draw_the_success_of_the_policy_and_the_guided_episodes_apar
     assert columns == ["step", "reward", "episode/success", "episode/success_unguided", "episode/success_guided", "kl"]
     assert rows == [[1, 1.0, 0.5, 0.25, 0.75, 0.0], [2, 2.0, 0.5, None, None, 4.49]]
     assert grpo_curves_png("v", history).startswith(b"\x89PNG")
-    assert GRPOSettings.tiny_student(num_generations=4, guided_per_group=1).guided(4)
-    assert not GRPOSettings.tiny_student(num_generations=4, guided_per_group=1).guided(5)
+    assert tiny_grpo_settings(num_generations=4, guided_per_group=1).guided(4)
+    assert not tiny_grpo_settings(num_generations=4, guided_per_group=1).guided(5)
 
 
 def test_grpo_version_plays_trains_and_is_reused(curated_db: Path, tmp_path: Path) -> None:
     logs: list[dict[str, float]] = []
     with Warehouse(curated_db) as wh:
-        sft = train_sft_version(wh, teacher_datasets(wh, "expert")[0], SFTSettings.tiny_student(max_steps=2, max_length=1024), tmp_path, "s")
+        sft = train_sft_version(wh, teacher_datasets(wh, "expert")[0], tiny_sft_settings(max_steps=2, max_length=1024), tmp_path, "s")
         version = train_grpo_version(wh, sft.model_version, QUICK, tmp_path, "g",
                                      on_log=lambda entry, step, _: logs.append(entry))
         again = train_grpo_version(wh, sft.model_version, QUICK, tmp_path, "g2")
@@ -238,7 +239,7 @@ def test_dagster_grpo_student_registers_a_model_version(curated_db: Path, tmp_pa
     from pipelines.resources import AlfworldResource, StudentResource, TrainingLauncher, WarehouseResource
 
     resources = {"warehouse": WarehouseResource(path=str(curated_db)), "alfworld": AlfworldResource(),
-                 "students": StudentResource(models_dir=str(tmp_path)),
+                 "students": StudentResource(recipe="tiny", models_dir=str(tmp_path)),
                  "training": TrainingLauncher(), "pipes_client": dg.PipesSubprocessClient()}
     with Warehouse(curated_db) as wh:  # the expert with a 2-step budget: 2 lost train games, GRPO's curriculum
         collect(CollectionConfig(split="train", limit=2, max_steps=2, workers=0, engine="fast"), wh, run_id="t")
@@ -281,7 +282,7 @@ def test_every_turn_is_trained_once_per_step_in_bounded_micro_batches(tiny_grpo,
     from evoharness.training.grpo import build_grpo_trainer
 
     model_dir, fixed, _ = tiny_grpo
-    settings = GRPOSettings.tiny_student(games_limit=2, games_per_step=2, num_generations=2, max_steps=2,
+    settings = tiny_grpo_settings(games_limit=2, games_per_step=2, num_generations=2, max_steps=2,
                                          per_device_train_batch_size=5, save_steps=None)
     trainer = build_grpo_trainer(str(model_dir), tmp_path, settings, fixed)
     trained: Counter[tuple[int, ...]] = Counter()
@@ -319,7 +320,7 @@ def test_episode_level_loss_reaches_the_update(tiny_grpo, tmp_path: Path) -> Non
     model_dir, fixed, _ = tiny_grpo
     trained = []
     for episode_level in (False, True):
-        settings = GRPOSettings.tiny_student(games_limit=2, games_per_step=2, num_generations=2, max_steps=1,
+        settings = tiny_grpo_settings(games_limit=2, games_per_step=2, num_generations=2, max_steps=1,
                                              save_steps=None, episode_level_loss=episode_level)
         trainer = build_grpo_trainer(str(model_dir), tmp_path / str(episode_level), settings, fixed)
         trainer.train()
@@ -343,7 +344,7 @@ def test_a_guided_run_logs_the_policys_own_success_apart_from_the_guided_episode
     model_dir, fixed, games = tiny_grpo
     guided = FixedRollouts({key: replace(r, guided=all_guided or key[1] == 0) for key, r in fixed.episodes.items()},
                            fixed.group)
-    settings = GRPOSettings.tiny_student(games_limit=2, games_per_step=2, num_generations=2, max_steps=1,
+    settings = tiny_grpo_settings(games_limit=2, games_per_step=2, num_generations=2, max_steps=1,
                                          save_steps=None)
     trainer = build_grpo_trainer(str(model_dir), tmp_path, settings, guided)
     trainer.train()
@@ -358,12 +359,12 @@ def test_a_guided_run_logs_the_policys_own_success_apart_from_the_guided_episode
     assert logged["episode/success"] == pytest.approx((success[0] + success[1]) / 2)
 
 
-RESUMABLE = GRPOSettings.tiny_student(games_limit=2, games_per_step=1, num_generations=2, max_steps=4,
+RESUMABLE = tiny_grpo_settings(games_limit=2, games_per_step=1, num_generations=2, max_steps=4,
                                       per_device_train_batch_size=8, save_steps=1, learning_rate=1e-3)
 KILLED_RUN = """
 import sys, time
 from evoharness.training.fixed_rollouts import FixedRollouts
-from evoharness.training.grpo import GRPOSettings, train_grpo
+from evoharness.training.grpo import train_grpo
 settings = GRPOSettings.model_validate_json(sys.argv[3])
 train_grpo(sys.argv[1], sys.argv[2], settings, rollouts=FixedRollouts.load(sys.argv[4]),
            on_log=lambda logs, step, total: time.sleep(2))  # slow enough to be killed between checkpoints
@@ -418,35 +419,14 @@ def test_grpo_resumes_after_a_kill_and_ends_with_the_same_model(tiny_grpo, tmp_p
 def test_a_switch_added_later_leaves_the_ids_of_earlier_versions_alone() -> None:
     """``avoid_repeats`` off is left out of the id: the GRPO version trained before it existed (students.json's
     expert-grpo-fa47c632d8de) keeps its id for the same command; on, it is another training."""
-    settings = GRPOSettings.for_base("small", max_steps=28, games_per_step=4, num_generations=4, learning_rate=1e-4,
-                                     save_steps=4, bf16=True,  # it trained on a CPU with bf16 units
-                                     episode_level_loss=False)  # and before the preset weighed episodes
+    settings = recipe_settings("small", "grpo", max_steps=28, learning_rate=1e-4, save_steps=4,
+                               bf16=True,  # it trained on a CPU with bf16 units
+                               episode_level_loss=False,  # before the preset weighed episodes
+                               guided_per_group=0)  # and before guided groups
     assert version_id("expert", "grpo", "expert-sft-29dcf9a1cd6c", settings) == "expert-grpo-fa47c632d8de"
     for switch in ({"avoid_repeats": True}, {"guided_per_group": 1}):
         switched = settings.model_copy(update=switch)
         assert version_id("expert", "grpo", "expert-sft-29dcf9a1cd6c", switched) != "expert-grpo-fa47c632d8de"
-
-
-def students_benchmark() -> ModuleType:
-    """benchmarks/students.py as a module (benchmarks are scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location("students_benchmark", REPO / "benchmarks" / "students.py")
-    assert spec is not None and spec.loader is not None
-    students = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(students)
-    return students
-
-
-def test_a_replicate_with_another_seed_is_its_own_version_and_its_command_names_the_seed() -> None:
-    """``evoharness grpo --seed N`` trains a replicate: another model version, and the command students.json
-    records for it (benchmarks/students.py) passes the seed back; the default seed adds no flag."""
-    students = students_benchmark()
-    default = GRPOSettings.for_base("small", seed=None, episode_level_loss=True)
-    replicate = GRPOSettings.for_base("small", seed=3, episode_level_loss=True)
-    assert default.seed == 0
-    assert version_id("expert", "grpo", "p", replicate) != version_id("expert", "grpo", "p", default)
-    command = students.grpo_command("p", replicate.model_dump(mode="json"))
-    assert command[command.index("--seed") + 1] == "3"
-    assert "--seed" not in students.grpo_command("p", default.model_dump(mode="json"))
 
 
 def test_the_kl_check_warns_when_a_run_moved_far_from_its_parent() -> None:
@@ -460,12 +440,3 @@ def test_the_kl_check_warns_when_a_run_moved_far_from_its_parent() -> None:
     assert at.kl_check([{"step": 1, "kl": 0.01}, {"step": 12, "kl": 0.36}], limit).passed  # its replicate won more
     unlogged = at.kl_check([{"step": 1}], limit)  # beta 0: TRL logs no KL, so none is reported
     assert unlogged.passed and "peak_kl" not in unlogged.metadata
-
-
-def test_students_json_follows_grpo_runs_from_grpo_children() -> None:
-    """A second GRPO round trains from the first round's child: students.py records it with the commands that made
-    it (its lineage through the child), and leaves out versions of other parents."""
-    rows = [{"model_version": "sft", "parent_version": None}, {"model_version": "round1", "parent_version": "sft"},
-            {"model_version": "elsewhere", "parent_version": "other-sft"},
-            {"model_version": "round2", "parent_version": "round1"}]
-    assert [r["model_version"] for r in students_benchmark().descendants(rows, "sft")] == ["round1", "round2"]

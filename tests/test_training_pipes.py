@@ -35,7 +35,7 @@ def test_dagster_cli_trains_sft_student_in_a_child_process(curated_db: Path, tmp
     env = os.environ | {
         "PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")]),
         "DAGSTER_HOME": str(home), "EVOHARNESS_DB": str(curated_db), "EVOHARNESS_IMPORT_PROBE": str(probe),
-        "OMP_NUM_THREADS": "1"}
+        "OMP_NUM_THREADS": "1", "EVOHARNESS_RECIPE": "tiny"}
     run = [sys.executable, "-m", "evoharness_cli", "init"]
     done = subprocess.run(run, env=env, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -47,7 +47,7 @@ def test_dagster_cli_trains_sft_student_in_a_child_process(curated_db: Path, tmp
 
     processes = [json.loads(p.read_text()) for p in probe.glob("*.json")]
     dagster_side = [p for p in processes if "asset" in p["argv"] and "materialize" in p["argv"]]
-    children = [p for p in processes if any("train_child" in a for a in p["argv"])]
+    children = [p for p in processes if any("job_runner" in a for a in p["argv"])]
     assert dagster_side and all(p["dagster"] and not p["torch"] for p in dagster_side)  # never imported torch
     assert len(children) == 1 and children[0]["torch"] and not children[0]["dagster"]  # trained there
 
@@ -82,7 +82,8 @@ def test_cli_launches_training_in_two_processes_and_stores_the_version(curated_d
               "--mixed_precision no --dynamo_backend no")
     os.environ["ACCELERATE_USE_CPU"] = "true"  # gloo on CPU (the child inherits it)
     try:
-        result = CliRunner().invoke(app, ["sft", "--teacher", "expert", "--max-steps", "2", "--max-length", "1024",
+        result = CliRunner().invoke(app, ["sft", "--teacher", "expert", "--recipe", "tiny", "--max-steps", "2",
+                                          "--max-length", "1024",
                                           "--launch", launch, "--db", str(curated_db)])
     finally:
         del os.environ["ACCELERATE_USE_CPU"]

@@ -10,10 +10,11 @@ import pytest
 
 from evoharness.harness.grammar import parse_turn
 from evoharness.teachers.clients.local_hf import LocalHFClient
-from evoharness.training.model_versions import teacher_datasets, train_sft_version
-from evoharness.training.sft import SFTSettings, prepare_splits, to_prompt_completion, train_sft
+from evoharness.training.model_versions import teacher_datasets
+from evoharness.training.sft import prepare_splits, to_prompt_completion, train_sft
 from evoharness.training.student_card import read_student_card
 from evoharness.training.trainer_utils import LoraSettings
+from tests.conftest import tiny_sft_settings, train_sft_version
 from warehouse import Warehouse
 
 FAST = {"max_steps": 12, "logging_steps": 2, "max_length": 2048}
@@ -32,7 +33,7 @@ def test_examples_become_prompt_and_completion(curated: tuple[Path, str]) -> Non
 
 def test_tiny_student_learns_and_plays(curated: tuple[Path, str], tmp_path: Path) -> None:
     logs: list[tuple[int, dict[str, float]]] = []
-    result = train_sft(curated[1], tmp_path, SFTSettings.tiny_student(**FAST),
+    result = train_sft(curated[1], tmp_path, tiny_sft_settings(**FAST),
                        on_log=lambda entry, step, _: logs.append((step, entry)))
     assert result.steps == 12 and [s for s, _ in result.loss_history] == [1, 2, 4, 6, 8, 10, 12]
     assert result.loss_history[-1][1] < result.loss_history[0][1] - 1.0  # a random init starts near ln(vocab)
@@ -55,7 +56,7 @@ def test_tiny_student_learns_and_plays(curated: tuple[Path, str], tmp_path: Path
 def test_lora_adapters_are_merged_into_the_saved_model(curated: tuple[Path, str], tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM
 
-    settings = SFTSettings.tiny_student(lora=LoraSettings(r=4, alpha=8), max_steps=2, logging_steps=1,
+    settings = tiny_sft_settings(lora=LoraSettings(r=4, alpha=8), max_steps=2, logging_steps=1,
                                         max_length=1024)
     result = train_sft(curated[1], tmp_path, settings)
     saved = AutoModelForCausalLM.from_pretrained(result.model_dir)
@@ -67,7 +68,7 @@ def test_lora_adapters_are_merged_into_the_saved_model(curated: tuple[Path, str]
 
 def test_model_version_is_recorded_and_reused(curated_db: Path, tmp_path: Path) -> None:
     db = curated_db
-    settings = SFTSettings.tiny_student(max_steps=2, logging_steps=1, max_length=1024)
+    settings = tiny_sft_settings(max_steps=2, logging_steps=1, max_length=1024)
     with Warehouse(db) as wh:
         first = train_sft_version(wh, teacher_datasets(wh, "expert")[0], settings, tmp_path, "r1")
         again = train_sft_version(wh, teacher_datasets(wh, "expert")[0], settings, tmp_path, "r2")
@@ -92,7 +93,7 @@ def test_dagster_sft_student(curated_db: Path, tmp_path: Path) -> None:
     register_teachers(instance)
     run_config = {"ops": {"sft_student": {"config": {"max_steps": 4, "max_length": 1024}}}}
     resources = {"warehouse": WarehouseResource(path=str(curated_db)),
-                 "students": StudentResource(models_dir=str(tmp_path)),
+                 "students": StudentResource(recipe="tiny", models_dir=str(tmp_path)),
                  "training": TrainingLauncher(), "pipes_client": dg.PipesSubprocessClient()}
     with pytest.raises(dg.Failure, match="No dataset_id for partition 'expert': materialize sft_dataset"):
         dg.materialize([at.sft_student], instance=instance, partition_key="expert", run_config=run_config,
@@ -112,7 +113,7 @@ def test_dagster_sft_student(curated_db: Path, tmp_path: Path) -> None:
 
 def test_max_tokens_sets_the_steps_from_the_datasets_tokens_per_example(curated: tuple[Path, str],
                                                                         tmp_path: Path) -> None:
-    settings = SFTSettings.tiny_student(max_tokens=6_000, batch_size=4, per_device_batch_size=4, logging_steps=1,
+    settings = tiny_sft_settings(max_tokens=6_000, batch_size=4, per_device_batch_size=4, logging_steps=1,
                                         max_length=1024)
     result = train_sft(curated[1], tmp_path, settings)
     train, _ = prepare_splits(curated[1], settings.prompt_set)
@@ -141,7 +142,7 @@ def test_an_edited_template_is_rendered_again_not_taken_from_the_map_cache(curat
 
 
 def test_decision_metrics_are_logged_at_every_evaluation(curated: tuple[Path, str], tmp_path: Path) -> None:
-    settings = SFTSettings.tiny_student(max_steps=2, logging_steps=1, max_length=1024, decision_turns=6,
+    settings = tiny_sft_settings(max_steps=2, logging_steps=1, max_length=1024, decision_turns=6,
                                         prompt_set="alfworld/bpe_compact")
     result = train_sft(curated[1], tmp_path, settings)
     assert result.decision_history, "no decision metrics were computed"
@@ -166,7 +167,7 @@ def test_processes_building_the_same_base_end_with_one_whole_folder(tmp_path: Pa
               "completion": [{"role": "assistant", "content": f"go to shelf {i}"}]} for i in range(20)]
     folder = tmp_path / "base"
     with ThreadPoolExecutor(3) as pool:
-        built = list(pool.map(lambda _: _base_model(SFTSettings.tiny_student(), train, folder), range(3)))
+        built = list(pool.map(lambda _: _base_model(tiny_sft_settings(), train, folder), range(3)))
     assert built == [str(folder)] * 3
     assert [p.name for p in tmp_path.iterdir()] == ["base"]
     assert AutoModelForCausalLM.from_pretrained(folder).num_parameters() > 0
@@ -192,10 +193,10 @@ def test_batch_size_is_the_examples_per_optimizer_step_over_every_process(batch:
                                                                           layout: tuple[int, int]) -> None:
     """`accelerate launch` with two processes trains the same batch_size per step as one process (before, each
     process took per_device_batch_size: twice the batch)."""
-    settings = SFTSettings.tiny_student(batch_size=batch, per_device_batch_size=per_device)
+    settings = tiny_sft_settings(batch_size=batch, per_device_batch_size=per_device)
     per_step, accumulation = settings.batch_layout(processes)
     assert (per_step, accumulation) == layout and per_step * accumulation * processes == batch
     with pytest.raises(ValueError, match="split evenly"):
-        SFTSettings.tiny_student(batch_size=3, per_device_batch_size=1).batch_layout(2)
+        tiny_sft_settings(batch_size=3, per_device_batch_size=1).batch_layout(2)
     with pytest.raises(ValueError, match="not a multiple"):
-        SFTSettings.tiny_student(batch_size=12, per_device_batch_size=8).batch_layout(1)
+        tiny_sft_settings(batch_size=12, per_device_batch_size=8).batch_layout(1)

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from evoharness.training.grpo import GRPOSettings, build_grpo_trainer, micro_batches
+from evoharness.training.grpo import build_grpo_trainer
+from evoharness.training.grpo_config import GRPOSettings
+from evoharness.training.grpo_samples import micro_batches
 from evoharness.training.trl_contract import (
     INTERNALS,
     TESTED_TRANSFORMERS,
@@ -18,12 +20,13 @@ from evoharness.training.trl_contract import (
     Internal,
     check_trl_contract,
 )
+from tests.conftest import tiny_grpo_settings
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def settings(**overrides: object) -> GRPOSettings:
-    return GRPOSettings.tiny_student(**({"games_limit": 2, "games_per_step": 2, "num_generations": 2, "max_steps": 1,
+    return tiny_grpo_settings(**({"games_limit": 2, "games_per_step": 2, "num_generations": 2, "max_steps": 1,
                                          "per_device_train_batch_size": 3, "save_steps": None} | overrides))
 
 

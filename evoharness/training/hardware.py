@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from functools import cache
 
 
-@cache
-def bf16_is_fast() -> bool:
-    """bf16 has hardware units here: a CUDA GPU that supports it, or a CPU with AMX tiles or AVX512-BF16.
-
-    Elsewhere (an AVX2-only CPU) torch runs bf16 matmuls in its reference GEMM: on an AMD EPYC the ``small``
-    student's SFT made fewer than 20 steps in 8 minutes in bf16, 20 steps in 41 s in fp32.
-    """
+def bf16_units() -> bool:
+    """bf16 has hardware units here: a CUDA GPU that supports it, or a CPU with AMX tiles or AVX512-BF16 (imports
+    torch)."""
     import torch
 
     if torch.cuda.is_available():
         return bool(torch.cuda.is_bf16_supported())
-    cpu = torch.cpu
-    return any(bool(getattr(cpu, probe, lambda: False)()) for probe in
+    return any(bool(getattr(torch.cpu, probe, lambda: False)()) for probe in
                ("_is_amx_tile_supported", "_is_avx512_bf16_supported"))
+
+
+@cache
+def bf16_is_fast() -> bool:
+    """:func:`bf16_units`, asked without loading torch into this process when it has not loaded it already.
+
+    Where the machine has no bf16 units (an AVX2-only CPU) torch runs bf16 matmuls in its reference GEMM, many
+    times slower than fp32 (benchmarks/results/roofline.json). Dagster's process, which plans a run, never imports
+    torch: it asks a short-lived child. The answer is of the machine that plans the run, which is the one that trains
+    unless training goes elsewhere (then set ``bf16`` explicitly in the recipe)."""
+    if "torch" in sys.modules:
+        return bf16_units()
+    probe = "from evoharness.training.hardware import bf16_units; print(int(bf16_units()))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=300)
+    return done.stdout.strip().splitlines()[-1] == "1"

@@ -6,8 +6,8 @@ expert, which follows the same game through the student's commands, says what it
 next environment command, written as the expert's episodes write it; turns where the student used a
 meta-action stay unlabelled. ``labels="turn"`` labels every turn with the scripted expert's whole turn, whose
 meta-actions (its own recall/commit/note/track script) are not the ones consolidation writes into the
-training data, so they teach the student a second, conflicting harness style (measured: one round of such
-labels cost 12 points on valid_unseen). Each step stores the expert's turn (``steps.label``) and the prompt's template variables
+training data, so they teach the student a second, conflicting harness style (docs/results.md, DAgger). Each step
+stores the expert's turn (``steps.label``) and the prompt's template variables
 (``steps.turn_vars``), so :mod:`evoharness.curation.relabelled` can add the labelled states to a dataset in
 any prompt set. The episodes are ``policy_kind = 'relabel'``: they name the model version that played, and
 evaluation views never count them.
@@ -35,20 +35,26 @@ LabelMode = Literal["env", "turn"]
 """What the expert labels: its environment command on the student's environment turns, or its whole turn."""
 
 
-class RelabelConfig(BaseModel):
-    """Which student plays where while the expert labels. Greedy by default (the student's own mistakes)."""
+class RelabelSettings(BaseModel):
+    """How a student plays while the expert labels (a recipe's ``relabel`` section). Greedy by default: the
+    student's own mistakes."""
 
-    model_version: str
-    split: str = Field(default="train", pattern="^train$", description="Labels are training data: train games only.")
     limit: int | None = Field(default=None, ge=1, description="First N train games (None: all).")
-    seeds: tuple[int, ...] = (0,)
-    max_steps: int = Field(default=70, ge=1)
-    max_tokens: int = Field(default=128, ge=1)
-    temperature: float | None = None
+    seeds: tuple[int, ...] = Field(default=(0,), description="Episode seeds per game.")
+    max_steps: int = Field(default=70, ge=1, description="Step budget per episode.")
+    max_tokens: int = Field(default=128, ge=1, description="Completion tokens per turn.")
+    temperature: float | None = Field(default=None, description="None: greedy.")
     labels: LabelMode = Field(default="env", description=(
         "env: the expert's environment command on the turns where the student acted in the environment; turn: "
         "the scripted expert's whole turn, meta-actions included, on every turn."))
-    concurrency: int = Field(default=16, ge=1)
+    concurrency: int = Field(default=16, ge=1, description="Episodes in flight (their turns generate as one batch).")
+
+
+class RelabelConfig(RelabelSettings):
+    """One relabelling run: which student plays where, with :class:`RelabelSettings`."""
+
+    model_version: str
+    split: str = Field(default="train", pattern="^train$", description="Labels are training data: train games only.")
     engine: str | None = None
     workers: int | None = None
     data_root: str | None = None

@@ -9,7 +9,8 @@ spends budget). A *repeat* is a turn that issues an action (a meta-action with i
 the same environment observation earlier in the trajectory — it can bring nothing new. The observation is the
 environment's last one: a meta-action's result does not change the world, so slipping a ``track`` between two
 visits of the same places does not make the second round new (a policy learnt exactly that dodge when the
-harness result counted as the observation: harness calls rose from 9 to 20 per episode under GRPO). Every term is its own TRL reward function (so TRL logs each one
+harness result counted as the observation: docs/results.md, GRPO). Every term is its own TRL reward function (so TRL
+logs each one
 separately as ``rewards/<name>/mean``); their sum with unit weights is R.
 """
 
@@ -42,8 +43,8 @@ class RewardConfig(BaseModel):
     call_cost: float = Field(default=0.0, ge=0, description="λ_call per harness call (documented alternative 0.05).")
     repeats_at: Literal["environment", "any"] = Field(default="environment", description=(
         "The observation a repeat is judged at: the environment's last one, or 'any' last observation, a "
-        "meta-action's result included (the rule before 2026-12: a meta-action between two visits made the "
-        "second round look new)."))
+        "meta-action's result included (then a meta-action between two visits makes the second round look new, "
+        "and a policy learns that dodge: docs/results.md, GRPO)."))
 
 
 @dataclass(frozen=True)

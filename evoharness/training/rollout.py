@@ -19,7 +19,7 @@ from evoharness.envs.pool import EnvPool
 from evoharness.harness.prompts import Mode, PromptSet
 from evoharness.teachers.base import PolicyOutput, TurnContext
 from evoharness.teachers.clients.constrained import ActionConstraint, ActionSpace, RepeatGuard
-from evoharness.teachers.clients.hf_batching import BatchGenerator, Sampling
+from evoharness.teachers.clients.hf_batching import BatchGenerator, Engine, Sampling
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,11 @@ class ModelPolicy:
 
 class RolloutEngine:
     """Plays groups of episodes of the model on named games (fast engine in-process by default). ``guided(position)``
-    says which episodes of a step (by their position in its global batch) decode without repeats (none by default)."""
+    says which episodes of a step (by their position in its global batch) decode without repeats (none by default).
+    ``generation`` is the local generator's engine (:class:`BatchGenerator`): ``continuous`` by default, ``batch``
+    for the path before (``benchmarks/student_speed.py`` compares them)."""
+
+    generation: Engine = "continuous"
 
     def __init__(self, prompt_set: PromptSet, settings: RunSettings, sampling: Sampling, max_batch: int = 16,
                  data_root: str | None = None, engine: str | None = None,
@@ -125,7 +129,7 @@ class RolloutEngine:
 
     def _generator(self, model: Any, tokenizer: Any) -> BatchGenerator:
         if self.vllm_server_url is None:
-            return BatchGenerator(model, tokenizer, max_batch=self.max_batch)
+            return BatchGenerator(model, tokenizer, max_batch=self.max_batch, engine=self.generation)
         from evoharness.training.vllm_generation import VLLMServerGenerator
 
         return VLLMServerGenerator(model, tokenizer, max_batch=self.max_batch, base_url=self.vllm_server_url)

@@ -15,120 +15,27 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, Field
+import datasets
+import jinja2
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+from trl import SFTConfig, SFTTrainer
 
+from evoharness.artifacts import load_dataset_folder
 from evoharness.harness.prompts import load_prompt_set
 from evoharness.training.decisions import decision_metrics
-from evoharness.training.hardware import bf16_is_fast
 from evoharness.training.react_view import react_examples
+from evoharness.training.sft_config import SFTSettings
 from evoharness.training.student_card import write_student_card
-from evoharness.training.tiny_student import (
-    STUDENT_PRESETS,
-    TINY,
-    TinyStudentSpec,
-    build_tiny_student,
-    is_local_preset,
-)
+from evoharness.training.tiny_student import build_tiny_student, is_local_preset
 from evoharness.training.trainer_utils import (
     LogCallback,
-    LoraSettings,
     newest_checkpoint,
     route_logs,
     save_trained,
 )
-
-STUDENT_PROMPT_SETS = {"bpe": "alfworld/bpe_student", "react": "alfworld/react_compact"}
-"""The prompt set a student built here is trained and played with, per view."""
-
-
-class SFTSettings(BaseModel):
-    """What to train and how. The defaults are the paper's (LoRA r=64, α=128, lr 1e-5 cosine, batch 16,
-    length 4096, 4 epochs) for a hub base; :meth:`tiny_student` gives settings that make a tiny student learn."""
-
-    base_model: str = Field(default="Qwen/Qwen3-8B",
-                            description=f"Hub id, local folder, or a student built here ({', '.join(STUDENT_PRESETS)}).")
-    student_spec: TinyStudentSpec | None = Field(default=None, description="Size of a student built here (None: "
-                                                 "the preset that base_model names).")
-    prompt_set: str | None = Field(default=None, description="Re-render every turn with this prompt set (e.g. "
-                                   "alfworld/bpe_compact); None: train on the teacher's rendering as stored.")
-    view: Literal["bpe", "react"] = Field(default="bpe", description="react: train on the dataset's environment "
-                                          "turns only, without the workspace (the BPE-vs-ReAct comparison).")
-    lora: LoraSettings | None = Field(default_factory=LoraSettings, description="None: full fine-tuning.")
-    epochs: float = Field(default=4, gt=0)
-    learning_rate: float = Field(default=1e-5, gt=0)
-    lr_scheduler: str = "cosine"
-    warmup_ratio: float = Field(default=0.03, ge=0, lt=1, description="Share of steps spent warming up.")
-    batch_size: int = Field(default=16, ge=1, description="Examples per optimizer step.")
-    per_device_batch_size: int = Field(default=4, ge=1)
-    max_length: int = Field(default=4096, ge=16, description="Tokens per example; longer ones are truncated.")
-    group_by_length: bool = Field(default=False, description="Batch examples of similar length (less padding).")
-    padding_free: bool = Field(default=False, description="Concatenate a batch into one sequence, no padding.")
-    save_steps: int = Field(default=200, ge=1, description="Checkpoint every N steps; a rerun resumes from the last.")
-    decision_turns: int = Field(default=0, ge=0, description="Held-out turns whose greedy decision is compared with "
-                                "the teacher's at every evaluation (0: none).")
-    seed: int = 0
-    bf16: bool = Field(default=False, description="bf16 mixed precision (GPUs, and CPUs with bf16 units such as AMX: "
-                       "1.2-1.7x faster on a Xeon with AMX; many times slower where the CPU emulates bf16).")
-    gradient_checkpointing: bool = Field(default=True, description="Recompute activations in the backward pass: "
-                                         "memory for time (a large base needs it; a student built here does not).")
-    max_tokens: int | None = Field(default=None, ge=1, description="Train for about this many input tokens: the "
-                                   "steps are set from the dataset's mean tokens per example (equal-compute "
-                                   "baselines); overrides epochs and max_steps.")
-    logging_steps: int = Field(default=5, ge=1)
-    max_steps: int | None = Field(default=None, ge=1, description="Stop after this many optimizer steps.")
-
-    @classmethod
-    def tiny_student(cls, **overrides: Any) -> SFTSettings:
-        """Full fine-tuning of the tiny student built here (tests, demos)."""
-        return cls.local_student(TINY, **overrides)
-
-    @classmethod
-    def local_student(cls, preset: str, **overrides: Any) -> SFTSettings:
-        """Full fine-tuning of a randomly initialised student built here: a far larger step than LoRA, batches
-        of similar length, no activation recomputation, and the student rendering of the workspace; ``small``
-        trains in bf16 where the machine has bf16 units (:func:`bf16_is_fast`), in fp32 elsewhere."""
-        if not is_local_preset(preset):
-            raise ValueError(f"Unknown student preset {preset!r}; choose one of {', '.join(STUDENT_PRESETS)}.")
-        view = overrides.get("view", "bpe")
-        defaults: dict[str, Any] = {"base_model": preset, "lora": None, "learning_rate": 3e-3, "batch_size": 8,
-                                    "gradient_checkpointing": False,
-                                    "per_device_batch_size": 8, "warmup_ratio": 0.05, "group_by_length": True,
-                                    "prompt_set": STUDENT_PROMPT_SETS[view]}
-        if preset != TINY:
-            defaults |= {"learning_rate": 1e-3, "batch_size": 16, "per_device_batch_size": 16, "epochs": 4,
-                         "max_length": 1024, "logging_steps": 20, "save_steps": 100, "decision_turns": 256,
-                         "bf16": bf16_is_fast()}
-        return cls(**(defaults | overrides))
-
-    @classmethod
-    def for_base(cls, base_model: str, lora_r: int | None = None, **overrides: Any) -> SFTSettings:
-        """The preset of ``base_model`` with ``overrides`` (None values keep the preset); ``lora_r`` sets the LoRA
-        rank with alpha = 2r, 0 meaning full fine-tuning."""
-        given = {k: v for k, v in overrides.items() if v is not None}
-        if lora_r is not None:
-            given["lora"] = LoraSettings(r=lora_r, alpha=2 * lora_r) if lora_r else None
-        if is_local_preset(base_model):
-            return cls.local_student(base_model, **given)
-        return cls(base_model=base_model, **given)
-
-    def spec(self) -> TinyStudentSpec:
-        """The size of the student built here."""
-        return self.student_spec or STUDENT_PRESETS[self.base_model]
-
-    def batch_layout(self, processes: int) -> tuple[int, int]:
-        """(examples per forward pass on each process, accumulation steps) that make ``batch_size`` examples per
-        optimizer step over ``processes`` data-parallel processes: the same training on one process or several."""
-        per_process, rest = divmod(self.batch_size, processes)
-        if rest or per_process == 0:
-            raise ValueError(f"batch_size {self.batch_size} cannot be split evenly over {processes} processes")
-        per_device = min(self.per_device_batch_size, per_process)
-        accumulation, rest = divmod(per_process, per_device)
-        if rest:
-            raise ValueError(f"{per_process} examples per process per step are not a multiple of "
-                             f"per_device_batch_size {per_device}")
-        return per_device, accumulation
 
 
 @dataclass
@@ -167,8 +74,6 @@ def rerender(example: dict[str, Any], prompt_set: str, prompt_sha: str | None = 
         raise ValueError(f"example {example.get('episode_id')}/{example.get('turn')} has no stored turn variables: "
                          "reconsolidate (`evoharness consolidate --reconsolidate`) and curate again to train with "
                          f"prompt set {prompt_set!r}")
-    import jinja2
-
     turn_vars = json.loads(example["turn_vars"])
     prompts = load_prompt_set(prompt_set)
     if prompt_sha is not None and prompts.sha256 != prompt_sha:
@@ -186,9 +91,7 @@ def prepare_splits(dataset_path: str, prompt_set: str | None = None,
                    view: str = "bpe") -> tuple[Any, Any | None]:
     """The curated dataset on disk as prompt-completion (train, validation or None when empty), re-rendered
     with ``prompt_set`` when given. ``turn_vars`` is kept for decision metrics."""
-    import datasets
-
-    loaded = datasets.load_from_disk(dataset_path)
+    loaded = load_dataset_folder(dataset_path)
     if "train" not in loaded or len(loaded["train"]) == 0:
         raise ValueError(f"{dataset_path}: no training examples")
     keep = ["prompt", "completion", "turn_vars"]
@@ -239,8 +142,6 @@ def _decision_rows(validation: Any, turns: int) -> list[dict[str, Any]]:
 
 def decision_callback(rows: list[dict[str, Any]]) -> Any:
     """A ``TrainerCallback`` that adds the decision metrics of ``rows`` to every evaluation's log."""
-    from transformers import TrainerCallback
-
     class DecisionMetrics(TrainerCallback):  # type: ignore[misc]
         def on_evaluate(self, args: Any, state: Any, control: Any, model: Any = None, processing_class: Any = None,
                         metrics: dict[str, float] | None = None, **kwargs: Any) -> None:
@@ -264,10 +165,6 @@ def train_sft(dataset_path: str, output_dir: str | Path, settings: SFTSettings,
               on_log: LogCallback | None = None) -> SFTResult:
     """Fine-tune ``settings.base_model`` on the dataset at ``dataset_path``; the merged model and its tokenizer
     are saved to ``<output_dir>/model``."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import SFTConfig, SFTTrainer
-
     output = Path(output_dir)
     train, validation = prepare_splits(dataset_path, settings.prompt_set, settings.view)
     base = _base_model(settings, train, output / "base")
@@ -306,7 +203,10 @@ def train_sft(dataset_path: str, output_dir: str | Path, settings: SFTSettings,
                                           for h in trainer.state.log_history):
         trainer.evaluate()  # the last evaluation is of the final model
     model_dir = output / "model"
-    trained = save_trained(trainer, tokenizer, model_dir, merged_lora=settings.lora is not None)
+    card = {"settings": settings.model_dump(mode="json"), "dataset": dataset_path,
+            "steps": trainer.state.global_step}
+    trained = save_trained(trainer, tokenizer, model_dir, merged_lora=settings.lora is not None,
+                           before_seal=lambda folder: write_student_card(folder, settings.prompt_set, card))
     history = trainer.state.log_history
     losses = [(int(h["step"]), float(h["loss"])) for h in history if "loss" in h]
     evals = [(int(h["step"]), float(h["eval_loss"])) for h in history if "eval_loss" in h]
@@ -319,7 +219,5 @@ def train_sft(dataset_path: str, output_dir: str | Path, settings: SFTSettings,
                           for h in history if "decision/action_accuracy" in h],
         tokens_seen=int(trainer.state.num_input_tokens_seen) if trainer.state.num_input_tokens_seen else None,
     )
-    write_student_card(model_dir, settings.prompt_set, {"settings": settings.model_dump(mode="json"),
-                                                         "dataset": dataset_path, "steps": result.steps})
     return result
 

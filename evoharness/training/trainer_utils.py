@@ -1,4 +1,5 @@
-"""What SFT and GRPO share around TRL's trainers: LoRA settings, progress forwarding, saving the result."""
+"""What SFT and GRPO share around TRL's trainers: LoRA settings, progress forwarding, saving the result
+(atomically, with a manifest: :mod:`evoharness.artifacts`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
+
+from evoharness.artifacts import discard_partial, partial_path, publish
 
 LogCallback = Callable[[dict[str, float], int, int], None]
 """Called with (logged metrics, global step, max steps) at every Trainer log."""
@@ -50,27 +53,43 @@ def route_logs(trainer: Any, on_log: LogCallback | None) -> None:
         trainer.add_callback(log_forwarder(on_log))
 
 
-def save_trained(trainer: Any, tokenizer: Any, model_dir: Path, merged_lora: bool) -> Any:
+def save_trained(trainer: Any, tokenizer: Any, model_dir: Path, merged_lora: bool,
+                 before_seal: Callable[[Path], None] | None = None) -> Any:
     """Save the trained model (LoRA adapters merged into it) and its tokenizer; returns the saved model. Under
     several processes only the main one writes, and every process waits for it. A sharded model (DeepSpeed
-    ZeRO-3, FSDP) is gathered by the Trainer's ``save_model``; its adapters are merged from the saved folder."""
+    ZeRO-3, FSDP) is gathered by the Trainer's ``save_model``; its adapters are merged from the saved folder.
+
+    The folder is saved atomically (:mod:`evoharness.artifacts`): written as ``.model.partial`` beside
+    ``model_dir``, sealed with a manifest of every file's size and sha256, then renamed to ``model_dir``
+    (replacing an older one), so a kill while saving never leaves a half model at ``model_dir``.
+    ``before_seal(folder)`` (main process) writes files that belong in the manifest, e.g. the student card."""
+    main = trainer.is_world_process_zero()
+    partial = partial_path(model_dir)
+    if main:
+        discard_partial(model_dir)
+        partial.mkdir(parents=True)
+    trainer.accelerator.wait_for_everyone()
     if getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False):
-        trainer.save_model(str(model_dir))
-        if trainer.is_world_process_zero():
+        trainer.save_model(str(partial))
+        if main:
             if merged_lora:
                 from peft import AutoPeftModelForCausalLM
 
-                merged = AutoPeftModelForCausalLM.from_pretrained(str(model_dir)).merge_and_unload()
+                merged = AutoPeftModelForCausalLM.from_pretrained(str(partial)).merge_and_unload()
                 for name in ("adapter_model.safetensors", "adapter_config.json"):
-                    (model_dir / name).unlink(missing_ok=True)
-                merged.save_pretrained(model_dir)
-            tokenizer.save_pretrained(model_dir)
-        trainer.accelerator.wait_for_everyone()
-        return trainer.model
-    trained = trainer.model.merge_and_unload() if merged_lora else trainer.model
-    if trainer.is_world_process_zero():
-        trained.save_pretrained(model_dir)
-        tokenizer.save_pretrained(model_dir)
+                    (partial / name).unlink(missing_ok=True)
+                merged.save_pretrained(partial)
+            tokenizer.save_pretrained(partial)
+        trained = trainer.model
+    else:
+        trained = trainer.model.merge_and_unload() if merged_lora else trainer.model
+        if main:
+            trained.save_pretrained(partial)
+            tokenizer.save_pretrained(partial)
+    if main:
+        if before_seal is not None:
+            before_seal(partial)
+        publish(partial, model_dir, "model")
     trainer.accelerator.wait_for_everyone()
     return trained
 

@@ -1,18 +1,30 @@
-"""Discovers ALFWorld games in the official ``$ALFWORLD_DATA/json_2.1.1/<split>/...`` layout."""
+"""Discovers ALFWorld games in the official ``$ALFWORLD_DATA/json_2.1.1/<split>/...`` layout.
+
+The ``dev`` split is carved from the official train games: :data:`DEV_PER_TASK_TYPE` games of each task type by a
+seeded draw (at most a sixth of a type's train games). They keep their ids (``train/<task>/<trial>``) but are no
+longer ``train`` games: no teacher collection, dataset, DAgger round or GRPO curriculum draws on them, and every
+choice of a recipe (learning rate, steps, decoding rules) is made by playing them, so that ``valid_seen`` and
+``valid_unseen`` are played once per final version."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import random
 import re
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
-SPLITS: tuple[str, ...] = ("train", "valid_seen", "valid_unseen")
+SPLITS: tuple[str, ...] = ("train", "dev", "valid_seen", "valid_unseen")
 EVAL_SPLITS: frozenset[str] = frozenset({"valid_seen", "valid_unseen"})
+"""The held-out splits: never trained on, played once per final version of a recipe."""
+DEV_SPLIT = "dev"
+DEV_PER_TASK_TYPE = 25
+DEV_SEED = 20261205
+"""The seed of the dev draw: changing it changes the dev games, and with them every dataset and curriculum."""
 TASK_TYPES: tuple[str, ...] = (
     "pick_and_place_simple",
     "look_at_obj_in_light",
@@ -137,6 +149,18 @@ def _interleave_task_types(games: list[GameRecord]) -> tuple[GameRecord, ...]:
     return tuple(ordered)
 
 
+def _carve_dev(train: tuple[GameRecord, ...]) -> tuple[tuple[GameRecord, ...], tuple[GameRecord, ...]]:
+    """(train, dev): ``DEV_PER_TASK_TYPE`` train games of each task type drawn with ``DEV_SEED`` (at most a sixth of
+    the type's games) become dev games, in catalog order."""
+    rng = random.Random(DEV_SEED)
+    drawn: set[str] = set()
+    for task_type in TASK_TYPES:
+        ids = sorted(game.game_id for game in train if game.task_type == task_type)
+        drawn |= set(rng.sample(ids, min(DEV_PER_TASK_TYPE, len(ids) // 6)))
+    dev = tuple(replace(game, split=DEV_SPLIT) for game in train if game.game_id in drawn)
+    return tuple(game for game in train if game.game_id not in drawn), dev
+
+
 class GameCatalog:
     """All games under one data root, discovered once.
 
@@ -151,6 +175,8 @@ class GameCatalog:
     def _by_split(self) -> dict[str, tuple[GameRecord, ...]]:
         found: dict[str, tuple[GameRecord, ...]] = {}
         for split in SPLITS:
+            if split == DEV_SPLIT:
+                continue
             split_dir = self.data_root / DATA_VERSION / split
             games = []
             for game_file in sorted(split_dir.glob(f"*/*/{GAME_FILE}")) if split_dir.is_dir() else []:
@@ -170,6 +196,7 @@ class GameCatalog:
                     )
                 )
             found[split] = _interleave_task_types(games)
+        found["train"], found[DEV_SPLIT] = _carve_dev(found["train"])
         if not any(found.values()):
             raise AlfworldDataError(f"ALFWORLD_DATA={self.data_root} holds no games. {_FIX}")
         return found
@@ -192,9 +219,12 @@ class GameCatalog:
     def all_games(self) -> list[GameRecord]:
         return [game for split in SPLITS for game in self._by_split[split]]
 
+    @cached_property
+    def _by_id(self) -> dict[str, GameRecord]:
+        return {game.game_id: game for game in self.all_games()}
+
     def get(self, game_id: str) -> GameRecord:
-        split = game_id.split("/", 1)[0]
-        for game in self._by_split.get(split, ()):
-            if game.game_id == game_id:
-                return game
-        raise KeyError(f"No game {game_id!r} under ALFWORLD_DATA={self.data_root}.")
+        try:
+            return self._by_id[game_id]
+        except KeyError:
+            raise KeyError(f"No game {game_id!r} under ALFWORLD_DATA={self.data_root}.") from None

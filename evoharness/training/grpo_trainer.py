@@ -1,0 +1,195 @@
+"""``EpisodeGRPOTrainer``: TRL's ``GRPOTrainer`` whose generation step plays whole episodes in the environment and
+emits one training sample per turn (TRL's ``grpo_trainer`` beside :mod:`evoharness.training.grpo_config`).
+
+Each optimizer step plays ``games_per_step`` train games × ``num_generations`` episodes with the current model,
+scores every trajectory with the reward terms of :mod:`evoharness.training.reward` (TRL reward functions, each logged
+separately), normalizes rewards within each game's group, and trains on every *turn* as its own sample carrying its
+trajectory's advantage: the prompt is rebuilt every turn, so a turn's tokens are scored under exactly the prompt the
+model saw when it wrote them. Only ``_generate_and_score_completions`` and ``training_step`` are replaced; TRL's loss
+(clipped ratio, KL to the reference with β), optimizer, scheduler, logging and checkpointing are used unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Protocol
+
+import torch
+from accelerate.utils import DistributedType
+from trl import GRPOTrainer
+from trl.models.utils import unwrap_model_for_generation
+from trl.trainer.utils import nanstd, use_adapter
+
+from evoharness.training.grpo_config import LOSS_NORMALIZATION
+from evoharness.training.grpo_samples import (
+    episode_loss_tokens,
+    episode_weighted,
+    group_advantages,
+    loss_mask,
+    micro_batches,
+    turn_samples,
+    wins_only_when_guided,
+)
+from evoharness.training.reward import TrajectoryStats
+from evoharness.training.rollout import Rollout
+from evoharness.training.trl_contract import require_trl_contract
+
+require_trl_contract()
+
+
+class RolloutSource(Protocol):
+    """What GRPO plays episodes with: :class:`RolloutEngine`, or recorded rollouts replayed
+    (:class:`evoharness.training.fixed_rollouts.FixedRollouts`)."""
+
+    def play(self, game_ids: list[str], model: Any, tokenizer: Any, round_id: int,
+             first_index: int = 0) -> list[Rollout]: ...
+
+    def close(self) -> None: ...
+
+
+_TRLTrainer: Any = GRPOTrainer  # typed as Any: TRL sets many of its attributes dynamically
+
+
+class EpisodeGRPOTrainer(_TRLTrainer):
+    """``GRPOTrainer`` whose generation step plays whole episodes and emits one sample per turn, trained in
+    micro-batches of at most ``micro_batch_size`` turns with gradients accumulated across them."""
+
+    def __init__(self, *args: Any, rollouts: RolloutSource, micro_batch_size: int,
+                 repeats_at: str = "environment", forced_tokens_in_loss: bool = False,
+                 episode_level_loss: bool = False, guided_wins_only: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.repeats_at, self.forced_tokens_in_loss = repeats_at, forced_tokens_in_loss
+        self.episode_level_loss, self.guided_wins_only = episode_level_loss, guided_wins_only
+        if self.loss_type not in LOSS_NORMALIZATION:
+            raise ValueError(f"loss_type {self.loss_type!r} is not supported by the per-turn micro-batching "
+                             f"(supported: {sorted(LOSS_NORMALIZATION)})")
+        self.rollouts, self.micro_batch_size = rollouts, micro_batch_size
+        self.turn_log: list[dict[str, Any]] = []  # per round: this process's (episode index, turns, advantage)
+
+    # -- generation: whole episodes, one sample per turn ------------------------------------------------
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        device = self.accelerator.device
+        mode = "train" if self.model.training else "eval"
+        first = self.accelerator.process_index * len(inputs)  # this process's slice of the global batch
+        round_id = self.state.global_step
+        if self.use_vllm and round_id != getattr(self, "_last_loaded_step", -1):
+            self.vllm_generation.sync_weights()  # every process takes part; the server gets the new weights
+            self._last_loaded_step = round_id
+        with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
+                                         gather_deepspeed3_params=self.args.ds3_gather_for_generation) as model:
+            played = self.rollouts.play([row["game_id"] for row in inputs], model, self.processing_class,
+                                        round_id, first_index=first)
+        stats = [TrajectoryStats.from_record(r.record, self.repeats_at) for r in played]
+        rows = [row | {"trajectory": s.as_dict()} for row, s in zip(inputs, stats, strict=True)]
+        completions = [[{"role": "assistant", "content": r.record.steps[-1].raw_output if r.record.steps else ""}]
+                       for r in played]
+        last_turns = [r.turns[-1].completion_ids if r.turns else [] for r in played]
+        # gathered over every process: rewards are normalized within groups that may span processes
+        per_func = self._calculate_rewards(rows, [row["prompt"] for row in inputs], completions, last_turns)
+        rewards = (per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
+        advantages = group_advantages(rewards, self.num_generations, self.scale_rewards)
+        local = advantages[first:first + len(inputs)]  # TRL's process_slice
+        if self.guided_wins_only:
+            local = wins_only_when_guided(local, torch.tensor([r.guided for r in played], device=device))
+        self.turn_log.append({"round": round_id, "episodes": [
+            {"index": first + i, "game_id": row["game_id"], "turns": len(r.turns), "advantage": float(a)}
+            for i, (row, r, a) in enumerate(zip(inputs, played, local.tolist(), strict=True))]})
+        self._log_round(mode, per_func, rewards, stats, played)
+        return self._turn_samples(played, local, device)
+
+    def _turn_samples(self, played: list[Rollout], advantages: torch.Tensor, device: Any) -> dict[str, Any]:
+        choices_only = not self.forced_tokens_in_loss
+        if self.episode_level_loss:
+            tokens = torch.tensor([float(episode_loss_tokens(r, choices_only)) for r in played], device=device)
+            # the mean over every process's episodes, as the loss normalizes over every process's tokens
+            total = self.accelerator.gather(torch.stack([tokens.sum(), torch.tensor(float(len(played)),
+                                                                                      device=device)]).unsqueeze(0))
+            mean = float(total[:, 0].sum() / total[:, 1].sum())
+            advantages = episode_weighted(advantages.to(device), tokens, mean)
+        output = {k: v.to(device) if isinstance(v, torch.Tensor) else v
+                  for k, v in turn_samples(played, advantages, self.processing_class.pad_token_id,
+                                           choices_only=choices_only).items()}
+        prompt_ids, prompt_mask = output["prompt_ids"], output["prompt_mask"]
+        completion_ids, completion_mask = output["completion_ids"], output["completion_mask"]
+        # every process needs the global counts: the loss normalizes over all processes' turns and tokens,
+        # and all processes must run the same number of micro-batches (TRL's loss logs with collectives)
+        local = torch.tensor([prompt_ids.size(0), int(loss_mask(output).sum())], device=device)
+        counts = self.accelerator.gather(local.unsqueeze(0)).view(-1, 2)
+        output["num_items_in_batch"] = counts[:, 1].sum()
+        output["global_turns"] = counts[:, 0].sum()
+        output["micro_batches"] = torch.ceil(counts[:, 0].max() / self.micro_batch_size).long()
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention = torch.cat([prompt_mask, completion_mask], dim=1)
+        keep, batch = completion_ids.size(1), self.micro_batch_size
+        with torch.no_grad():
+            if self.args.gradient_accumulation_steps % (self.args.steps_per_generation * self.num_iterations):
+                output["old_per_token_logps"] = self._get_per_token_logps_and_entropies(
+                    self.model, input_ids, attention, keep, batch_size=batch)[0]
+            if self.beta != 0.0:
+                output["ref_per_token_logps"] = self._reference_logps(input_ids, attention, keep, batch)
+        metrics = self._metrics["train" if self.model.training else "eval"]
+        metrics["samples/turns"].append(float(output["global_turns"]))
+        metrics["samples/micro_batches"].append(float(output["micro_batches"]))
+        return output
+
+    def _reference_logps(self, input_ids: torch.Tensor, attention: torch.Tensor, keep: int,
+                         batch: int) -> torch.Tensor:
+        if self.ref_model is not None:
+            return self._get_per_token_logps_and_entropies(self.ref_model, input_ids, attention, keep,
+                                                           batch_size=batch)[0]
+        model = self.accelerator.unwrap_model(self.model)
+        with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+            return self._get_per_token_logps_and_entropies(self.model, input_ids, attention, keep,
+                                                           batch_size=batch)[0]
+
+    # -- training: every turn once per iteration, in bounded micro-batches --------------------------------
+    def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
+        """One optimizer step's forward and backward passes: the step's turn samples (generated on the first
+        call of an iteration, then buffered by TRL) in micro-batches; gradients accumulate across them and
+        are synchronized across processes on the last one."""
+
+        model.train()
+        batch = self._prepare_inputs(inputs)
+        chunks = micro_batches(batch, self.micro_batch_size, int(batch["micro_batches"]), self.loss_type,
+                               self.accelerator.num_processes)
+        deepspeed = self.accelerator.distributed_type == DistributedType.DEEPSPEED
+        total = torch.zeros((), device=self.accelerator.device)
+        for i, chunk in enumerate(chunks):
+            last = i == len(chunks) - 1
+            self.accelerator.gradient_state._set_sync_gradients(last)
+            sync = contextlib.nullcontext() if last or deepspeed else self.accelerator.no_sync(model)
+            with sync:
+                with self.compute_loss_context_manager():
+                    loss = self.compute_loss(model, chunk) * chunk["loss_weight"]
+                self.accelerator.backward(loss, **({"scale_wrt_gas": False} if deepspeed else {}))
+            total += loss.detach()
+            self.peak_micro_batch = max(getattr(self, "peak_micro_batch", 0), int(chunk["prompt_ids"].size(0)))
+        self._step += 1
+        return total
+
+    def _log_round(self, mode: str, per_func: torch.Tensor, rewards: torch.Tensor,
+                   stats: list[TrajectoryStats], played: list[Rollout]) -> None:
+        metrics = self._metrics[mode]
+        for i, name in enumerate(self.reward_func_names):
+            metrics[f"rewards/{name}/mean"].append(torch.nanmean(per_func[:, i]).item())
+        metrics["reward"].append(torch.nanmean(rewards).item())
+        metrics["reward_std"].append(nanstd(rewards).item())
+        grouped_std = nanstd(rewards.view(-1, self.num_generations), dim=1)
+        metrics["frac_reward_zero_std"].append(torch.isclose(grouped_std, torch.zeros_like(grouped_std))
+                                               .float().mean().item())
+        local = torch.tensor([[len(stats), sum(s.won for s in stats), sum(s.turns for s in stats),
+                               sum(s.harness_calls for s in stats), sum(s.invalid for s in stats),
+                               sum(s.repeats for s in stats), sum(r.record.status == "failed" for r in played),
+                               sum(r.guided for r in played), sum(s.won for s, r in zip(stats, played) if r.guided)]],
+                             dtype=torch.float64, device=self.accelerator.device)
+        n, won, turns, calls, invalid, repeats, failed, guided, guided_won = \
+            self.accelerator.gather(local).sum(dim=0).tolist()
+        metrics["episode/success"].append(won / n)
+        if 0 < guided < n:  # the policy's own episodes and the guided ones apart: does the policy learn the guard?
+            metrics["episode/success_unguided"].append((won - guided_won) / (n - guided))
+            metrics["episode/success_guided"].append(guided_won / guided)
+        metrics["episode/turns"].append(turns / n)
+        metrics["episode/harness_calls"].append(calls / n)
+        metrics["episode/invalid"].append(invalid / n)
+        metrics["episode/repeats"].append(repeats / n)
+        metrics["episode/failed"].append(failed / n)

@@ -1,0 +1,58 @@
+"""benchmarks/students.py, the results protocol: commands that rerun a row alone, and claims over seeds."""
+
+from __future__ import annotations
+
+import importlib.util
+from types import ModuleType
+
+import pytest
+
+from evoharness.training.recipes import load_recipe
+from tests.conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def students() -> ModuleType:
+    """benchmarks/students.py as a module (benchmarks are scripts that import their report helper by name)."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        spec = importlib.util.spec_from_file_location("students_benchmark", REPO / "benchmarks" / "students.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    return module
+
+
+def test_a_rows_command_names_recipe_seed_launcher_and_environment(students: ModuleType,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "true")
+    monkeypatch.setenv("EVOHARNESS_DB", "/w/students.duckdb")
+    recipe = load_recipe("small")
+    command = students.grpo_command(recipe, ["grpo.learning_rate=1e-4"], "expert-sft-x", 2,
+                                    "accelerate launch --config_file configs/accelerate/multi_cpu.yaml")
+    line = students.with_environment(command)
+    assert line.startswith("ALFWORLD_DATA=") and "ACCELERATE_USE_CPU=true" in line
+    assert "EVOHARNESS_DB=/w/students.duckdb" in line
+    for part in ("--recipe small", "--set grpo.learning_rate=1e-4", "--seed 2", "--parent-version expert-sft-x",
+                 "--launch 'accelerate launch --config_file configs/accelerate/multi_cpu.yaml'"):
+        assert part in line
+
+
+def test_claims_summarise_seeds_against_their_parent(students: ModuleType) -> None:
+    def row(version: str, stage: str, parent: str | None, rate: float, paired: dict | None = None) -> dict:
+        return {"model_version": version, "stage": stage, "parent_version": parent, "dev": {"success": rate},
+                "against_parent": {"dev": paired} if paired else {}}
+
+    rows = [row("sft", "sft", None, 0.6),
+            row("g0", "grpo", "sft", 0.7, {"only_child": 20, "only_parent": 5, "p_mcnemar": 0.004}),
+            row("g1", "grpo", "sft", 0.62, {"only_child": 6, "only_parent": 3, "p_mcnemar": 0.5}),
+            row("g2", "grpo", "sft", 0.66, {"only_child": 12, "only_parent": 3, "p_mcnemar": 0.035})]
+    grpo = next(c for c in students.claims(rows) if c["stage"] == "grpo" and c["split"] == "dev")
+    assert grpo["seeds"] == 3 and (grpo["min"], grpo["max"]) == (0.62, 0.7)
+    assert grpo["mean"] == pytest.approx(0.66) and grpo["mean_gain_over_parent"] == pytest.approx(0.06)
+    assert grpo["seeds_better_than_parent_p05"] == 2
+    assert not [c for c in students.claims(rows) if c["split"] == "valid_unseen"]  # not played: no claim
