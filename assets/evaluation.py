@@ -5,6 +5,7 @@
 import dagster as dg
 from pydantic import Field
 
+from assets.failures import one_line_failures
 from assets.lineage import ASSET_CODE_VERSION, collection_lineage, id_metadata
 from assets.training import grpo_curves
 from evoharness.evaluation.compare import PairedOutcome, paired_outcomes
@@ -13,6 +14,7 @@ from evoharness.harness.prompts import Mode
 from evoharness.reporting.charts import bar_chart_png, markdown_image, markdown_table
 from evoharness.stage_config import defaults
 from evoharness.training.model_versions import stored_version
+from pipelines.instance import WAREHOUSE_RETRY
 from pipelines.partitions import model_version_partitions
 from pipelines.resources import AlfworldResource, WarehouseResource
 
@@ -52,7 +54,9 @@ class EvaluationRunConfig(dg.Config):
     kinds={"pytorch", "duckdb"},
     description="Success per split and task type, steps, harness calls, invalid turns and tokens of one model "
                 "version, beside the teacher it was distilled from (policy_evaluation view).",
+    retry_policy=WAREHOUSE_RETRY,
 )
+@one_line_failures
 def student_evaluation(context: dg.AssetExecutionContext, config: EvaluationRunConfig, alfworld: AlfworldResource,
                        warehouse: WarehouseResource) -> dg.MaterializeResult:
     evaluation = EvaluationConfig(
@@ -70,8 +74,7 @@ def student_evaluation(context: dg.AssetExecutionContext, config: EvaluationRunC
 
     with warehouse.open() as wh:
         result = evaluate(wh, evaluation, context.run.run_id, on_progress=on_progress)
-        trained = wh.con.execute("SELECT teacher, stage, dataset_id, parent_version FROM model_versions "
-                                 "WHERE model_version = ?", [context.partition_key]).fetchone()
+        trained = wh.one("model_version_lineage", model_version=context.partition_key)
         version = stored_version(wh, context.partition_key)
         parent = trained[3] if trained else None
         against_parent = paired_outcomes(wh, result.policy, evaluation.model_copy(update={"model_version": parent})

@@ -67,5 +67,5 @@ def required_upstream(context: dg.AssetExecutionContext, asset: str, key: str, e
     value = explicit or upstream_value(context, asset, key)
     if not value:
         raise dg.Failure(f"No {key} for partition {context.partition_key!r}: materialize {asset} for it first, "
-                         f"or pass {key} in this asset's run config.")
+                         f"or pass {key} in this asset's run config.", allow_retries=False)
     return str(value)

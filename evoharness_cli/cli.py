@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -27,15 +28,16 @@ from evoharness_cli.cli_common import (
     progress_reporter,
     set_output_format,
 )
-from evoharness_cli.cli_data import register as register_data_commands
-from evoharness_cli.cli_teachers import teacher_app
-from evoharness_cli.cli_training import (
-    compare_command,
-    evaluate_command,
-    grpo_command,
-    relabel_command,
-    sft_command,
+from evoharness_cli.cli_data import (
+    audit_command,
+    backfill_lineage_command,
+    consolidate_command,
+    curate_command,
 )
+from evoharness_cli.cli_evaluation import compare_command, evaluate_command
+from evoharness_cli.cli_serve import serve_command
+from evoharness_cli.cli_teachers import teacher_app
+from evoharness_cli.cli_training import grpo_command, relabel_command, sft_command
 from warehouse import Warehouse, default_db_path
 
 app = typer.Typer(help="EvoHarness-RL distillation pipeline: teachers → warehouse → student.", no_args_is_help=True,
@@ -53,7 +55,6 @@ def main(
     """EvoHarness-RL distillation pipeline: teachers → warehouse → student."""
     set_output_format(output_format)
 
-@app.command()
 def games(
     split: Annotated[str, typer.Option(help=f"One of {', '.join(SPLITS)}.")] = "valid_seen",
     limit: Annotated[int | None, typer.Option(help="First N games in catalog order [default: all].", min=1)] = None,
@@ -70,7 +71,6 @@ COLLECT = defaults(CollectionConfig)  # the one declaration of the defaults: evo
 COLLECT_MODE = Mode(COLLECT["mode"])
 
 
-@app.command("collect")
 def collect_command(
     teacher: Annotated[str, typer.Option(help="Registered teacher name.")] = COLLECT["teacher"],
     mode: Annotated[Mode, typer.Option(help="bpe (workspace + meta-actions) or react.")] = COLLECT_MODE,
@@ -176,19 +176,16 @@ def dry_run_command(config: CollectionConfig, db: Path | None) -> None:
                 ["estimate", "value"], estimate.rows())
 
 
-@app.command()
 def summary(db: DbOption = None) -> None:
     """Success, steps and harness calls per teacher, mode, split and task type."""
     with Warehouse(db or default_db_path()) as warehouse:
-        cursor = warehouse.con.execute("SELECT * FROM episode_summary ORDER BY ALL")
-        print_table("episode_summary", [d[0] for d in cursor.description], cursor.fetchall())
+        print_table("episode_summary", *warehouse.query("episode_summary"))
 
 
-@app.command()
 def init(db: DbOption = None) -> None:
     """Prepare a machine: the warehouse schema, and with $DAGSTER_HOME set, dagster.yaml and teacher partitions."""
     with Warehouse(db or default_db_path()) as warehouse:
-        versions = warehouse.scalar("SELECT max(version) FROM schema_version")
+        versions = warehouse.value("schema_version_latest")
     console.print(f"warehouse {warehouse.path}: schema version {versions}")
     home = os.environ.get("DAGSTER_HOME")
     if not home:
@@ -197,24 +194,27 @@ def init(db: DbOption = None) -> None:
     from dagster import DagsterInstance  # the one command that sets up Dagster; imported only here
 
     from evoharness.teachers.registry import TeacherRegistry
+    from pipelines.instance import write_instance_config
     from pipelines.partitions import reconcile_teachers
 
-    config = Path(home) / "dagster.yaml"
-    config.parent.mkdir(parents=True, exist_ok=True)
-    if not config.exists():
-        config.write_text("telemetry:\n  enabled: false\n")
+    wrote = write_instance_config(home)
+    console.print(f"Dagster instance {home}: dagster.yaml {'written' if wrote else 'kept (it exists)'}")
     with DagsterInstance.get() as instance:
         added, removed = reconcile_teachers(instance, tuple(TeacherRegistry.load().names()))
     console.print(f"Dagster instance {home}: teacher partitions from the registry: added "
                   f"{', '.join(added) or 'none'}; removed {', '.join(removed) or 'none'}")
 
 
-register_data_commands(app)
-app.command("sft")(sft_command)
-app.command("grpo")(grpo_command)
-app.command("evaluate")(evaluate_command)
-app.command("relabel")(relabel_command)
-app.command("compare")(compare_command)
+COMMANDS: dict[str, Callable[..., None]] = {
+    "games": games, "collect": collect_command, "summary": summary, "init": init,
+    "consolidate": consolidate_command, "audit": audit_command, "curate": curate_command,
+    "backfill-lineage": backfill_lineage_command,
+    "sft": sft_command, "grpo": grpo_command, "relabel": relabel_command,
+    "evaluate": evaluate_command, "compare": compare_command, "serve": serve_command,
+}
+"""Every ``evoharness`` command by name (``teacher ...`` is the sub-app of evoharness_cli.cli_teachers)."""
+for command_name, command in COMMANDS.items():
+    app.command(command_name)(command)
 
 if __name__ == "__main__":
     app()

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from evoharness.errors import known_failure_line, validation_message  # noqa: F401 (re-exported for commands)
 
 console = Console(soft_wrap=True)
 DbOption = Annotated[Path | None, typer.Option("--db", help="DuckDB file (default: $EVOHARNESS_DB).")]
@@ -79,18 +80,6 @@ def fail(message: str, code: int = EXIT_ERROR) -> typer.Exit:
     return typer.Exit(code)
 
 
-def user_errors() -> tuple[type[BaseException], ...]:
-    """Errors that mean bad input or an unusable setup: printed as one line, never as a traceback."""
-    from evoharness.collection import CollectionConfigError
-    from evoharness.envs.alfworld.catalog import AlfworldDataError
-    from evoharness.teachers.preflight import PreflightError
-    from evoharness.teachers.registry import MissingCredentialsError, RegistryError
-    from warehouse import WarehouseOpenError
-
-    return (CollectionConfigError, AlfworldDataError, PreflightError, MissingCredentialsError, RegistryError,
-            WarehouseOpenError)
-
-
 _UNESCAPED_BRACKET = re.compile(r"(?<!\\)\[")
 
 
@@ -105,7 +94,10 @@ def _escape_help(command: Any) -> None:
 
 
 class SafeGroup(typer.core.TyperGroup):
-    """The top-level command group: known user errors become one line on stderr and exit code 1."""
+    """The top-level command group: every command (sub-groups and commands added later included) shows a known
+    failure (:func:`evoharness.errors.known_failure_line`: the library's errors, migration drift, a warehouse
+    locked past its wait, an unknown id, invalid settings) as ``error: <one line>`` on stderr with exit code
+    1; any other exception is a bug and keeps its traceback."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -114,49 +106,117 @@ class SafeGroup(typer.core.TyperGroup):
     def invoke(self, ctx: typer.Context) -> Any:  # type: ignore[override]
         try:
             return super().invoke(ctx)
-        except user_errors() as exc:
-            raise fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+        except Exception as exc:
+            line = known_failure_line(exc)
+            if line is None:
+                raise  # a bug: its traceback is the report
+            raise fail(line) from None
 
 
 ProgressUpdate = Callable[[int, int | None, str], None]
 
 
+class LineProgress:
+    """Progress as plain lines (a log, a pipe): ``self(done, total, info)`` prints count, rate and ETA at most
+    every ``every_s`` seconds (and for the first and the last item).
+
+    Counts, rate and ETA are of the current phase: :meth:`phase` starts a new one (the next split of an
+    evaluation, whose ``done`` starts again from 1), timed from the previous phase's last update (when that
+    phase ended and this one began). The rate is the throughput since the phase's first finished item, so
+    neither the warm-up nor the filling of the episodes in flight is taken for the pace of the rest; until a
+    second item finishes it is ``done`` over the phase's time."""
+
+    def __init__(self, label: str, unit: str = "episodes", every_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic,
+                 write: Callable[[str], None] | None = None) -> None:
+        self.label, self.unit, self.every_s, self.clock = label, unit, every_s, clock
+        self.write = write or (lambda text: console.print(text, markup=False, highlight=False,
+                                                          soft_wrap=True))
+        self.name = ""
+        self.started = self.phase_started = self.last_update = clock()
+        self.first: tuple[float, int] | None = None  # (time, done) of the phase's first update
+        self.printed_at: float | None = None
+        self.printed_done = -1
+
+    def phase(self, name: str) -> None:
+        """Measure from here on as a new phase called ``name`` (its counts start again)."""
+        self.name = name
+        self.phase_started = self.last_update
+        self.first, self.printed_at, self.printed_done = None, None, -1
+
+    def __call__(self, done: int, total: int | None, info: str = "") -> None:
+        now = self.clock()
+        self.last_update = now
+        if self.first is None:
+            self.first = (now, done)
+        final = total is not None and done >= total
+        due = self.printed_at is None or now - self.printed_at >= self.every_s
+        if done == self.printed_done or not (due or final):
+            return
+        self.printed_at, self.printed_done = now, done
+        self.write(self.line(done, total, info, now))
+
+    def rate(self, done: int, now: float) -> float:
+        """Items per second in this phase (see the class docstring)."""
+        if self.first is not None and done > self.first[1] and now > self.first[0]:
+            return (done - self.first[1]) / (now - self.first[0])
+        elapsed = now - self.phase_started
+        return done / elapsed if elapsed > 0 else 0.0
+
+    def line(self, done: int, total: int | None, info: str, now: float) -> str:
+        rate = self.rate(done, now)
+        label = f"{self.label} {self.name}" if self.name else self.label
+        parts = [f"{label}: {done}/{total if total is not None else '?'} {self.unit}"]
+        if total:
+            parts.append(f"({100 * done / total:.0f}%)")
+        parts.append(f"{rate:.2f} {self.unit}/s" if rate >= 0.1 else f"{60 * rate:.2f} {self.unit}/min")
+        remaining = eta_seconds(done, total, rate)
+        if remaining is not None:
+            parts.append(f"ETA {format_seconds(remaining)}")
+        parts.append(f"elapsed {format_seconds(now - self.phase_started)}")
+        if self.name:
+            parts.append(f"(run {format_seconds(now - self.started)})")
+        return " ".join(parts) + (f" | {info}" if info else "")
+
+
+def eta_seconds(done: int, total: int | None, rate: float) -> float | None:
+    """Seconds left for ``total - done`` items at ``rate`` items per second; None when unknown or done."""
+    if not total or rate <= 0 or done >= total:
+        return None
+    return (total - done) / rate
+
+
+class BarProgress:
+    """Progress as a live bar on a terminal; :meth:`phase` starts a bar of its own (own count and time)."""
+
+    def __init__(self, progress: Progress, label: str) -> None:
+        self.progress, self.label = progress, label
+        self.task = progress.add_task(label, total=None, info="")
+        self.updated = False
+
+    def phase(self, name: str) -> None:
+        if self.updated:
+            self.task = self.progress.add_task("", total=None, info="")
+        self.progress.update(self.task, description=f"{self.label} {name}")
+        self.updated = False
+
+    def __call__(self, done: int, total: int | None, info: str = "") -> None:
+        self.progress.update(self.task, completed=done, total=total, info=info)
+        self.updated = True
+
+
 @contextmanager
-def progress_reporter(label: str, unit: str = "episodes", every_s: float = 10.0) -> Iterator[ProgressUpdate]:
-    """``update(done, total, info)``: a live bar on a terminal; otherwise a line with count, rate and ETA at
-    most every ``every_s`` seconds (and for the first and the last item), so logs show a long job moving."""
+def progress_reporter(label: str, unit: str = "episodes", every_s: float = 10.0
+                      ) -> Iterator[LineProgress | BarProgress]:
+    """``update(done, total, info)``: a live bar on a terminal; otherwise :class:`LineProgress` lines, so logs
+    show a long job moving. ``update.phase(name)`` starts a phase timed on its own (e.g. the next split)."""
     if console.is_terminal:
         columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    TextColumn("{task.fields[info]}")]
         with Progress(*columns, console=console) as progress:
-            task = progress.add_task(label, total=None, info="")
-
-            def update_bar(done: int, total: int | None, info: str) -> None:
-                progress.update(task, completed=done, total=total, info=info)
-
-            yield update_bar
+            yield BarProgress(progress, label)
         return
-    started = time.monotonic()
-    last = {"at": -every_s, "done": -1}
-
-    def update_lines(done: int, total: int | None, info: str) -> None:
-        now = time.monotonic() - started
-        final = total is not None and done >= total
-        if done == last["done"] or (now - last["at"] < every_s and not final and last["done"] >= 0):
-            return
-        last["at"], last["done"] = now, done
-        rate = done / now if now > 0 else 0.0
-        parts = [f"{label}: {done}/{total if total is not None else '?'} {unit}"]
-        if total:
-            parts.append(f"({100 * done / total:.0f}%)")
-        parts.append(f"{rate:.2f} {unit}/s" if rate >= 0.1 else f"{60 * rate:.2f} {unit}/min")
-        if total and rate > 0 and not final:
-            parts.append(f"ETA {format_seconds((total - done) / rate)}")
-        parts.append(f"elapsed {format_seconds(now)}")
-        console.print(" ".join(parts) + (f" | {info}" if info else ""), markup=False, highlight=False,
-                      soft_wrap=True)
-
-    yield update_lines
+    yield LineProgress(label, unit, every_s)
 
 
 def quiet_third_party() -> None:
@@ -186,8 +246,3 @@ def format_seconds(seconds: float) -> str:
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
-
-
-def validation_message(exc: ValidationError) -> str:
-    """Field and rule of each error, never the offending value (it might be a pasted key)."""
-    return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'entry'}: {err['msg']}" for err in exc.errors())

@@ -68,8 +68,10 @@ def consolidate_command(
     console.print(f"{result.consolidation_run_id}: planned {result.planned}, consolidated {result.consolidated}, "
                   f"failed {result.failed}, bank versions {result.bank_versions or 'unchanged'} "
                   f"in {result.seconds:.1f}s")
-    with Warehouse(path, read_only=False) as wh:
-        print_table("audit_quality", *read_view(wh, "audit_quality"))
+    with Warehouse(path, read_only=False) as wh:  # this teacher and consolidator only, not every one stored
+        columns, rows = wh.query("audit_quality_for", teacher=teacher, consolidator=consolidator)
+    print_table(f"audit_quality of {teacher} / {consolidator} (every consolidated episode, this run's included)",
+                columns, rows)
 
 
 def check_sources(path: object, teacher: str, splits: tuple[str, ...]) -> None:
@@ -155,11 +157,3 @@ def backfill_lineage_command(db: DbOption = None) -> None:
     print_table("dataset_examples backfilled", ["dataset", "examples", "problem"], rows)
     if any(problem for *_, problem in rows):
         raise typer.Exit(1)
-
-
-def register(app: typer.Typer) -> None:
-    """Add the data commands to the main ``evoharness`` app."""
-    app.command("consolidate")(consolidate_command)
-    app.command("audit")(audit_command)
-    app.command("curate")(curate_command)
-    app.command("backfill-lineage")(backfill_lineage_command)

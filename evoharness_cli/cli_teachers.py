@@ -8,6 +8,7 @@ warehouse ``teachers`` table with it. Dagster derives its teacher partitions fro
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -33,7 +34,6 @@ RegistryOption = Annotated[Path | None, typer.Option("--registry", help="Registr
                                                         "or teachers.yaml).")]
 
 
-@teacher_app.command("add")
 def add(
     name: Annotated[str, typer.Argument(help="Registry name (lower case; also the Dagster partition key).")],
     provider: Annotated[Provider, typer.Option(help="Who serves the model.")],
@@ -87,7 +87,6 @@ def add(
         console.print(f"[yellow]note: ${spec.api_key_env} is not set in this shell; collection will need it.")
 
 
-@teacher_app.command("list")
 def list_teachers(registry: RegistryOption = None) -> None:
     """The registered teachers with their settings (key variable names only, never keys)."""
     reg = TeacherRegistry.load(registry)
@@ -100,7 +99,6 @@ def list_teachers(registry: RegistryOption = None) -> None:
     print_table(f"teachers in {reg.path} (prices: USD per million tokens)", columns, rows)
 
 
-@teacher_app.command("check")
 def check(
     name: Annotated[str, typer.Argument(help="Registered teacher to preflight.")],
     mode: Annotated[Mode | None, typer.Option(help="Prompt set to check [default: the teacher's mode].")] = None,
@@ -121,9 +119,14 @@ def check(
     console.print(result.message + cost, markup=False, highlight=False, soft_wrap=True)
 
 
-@teacher_app.command("costs")
 def costs(db: DbOption = None) -> None:
     """Success, steps, harness calls, tokens and cost per successful episode, per teacher and mode."""
     with Warehouse(db or default_db_path()) as warehouse:
         columns, rows = warehouse.query("teacher_costs")
     print_table("teacher_costs", columns, rows)  # wide: use a wide terminal, or query the view in DuckDB
+
+
+TEACHER_COMMANDS: dict[str, Callable[..., None]] = {"add": add, "list": list_teachers, "check": check, "costs": costs}
+"""Every ``evoharness teacher`` subcommand by name."""
+for command_name, command in TEACHER_COMMANDS.items():
+    teacher_app.command(command_name)(command)

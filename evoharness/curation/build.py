@@ -2,10 +2,11 @@
 
 Columnar throughout: candidates come from DuckDB as a polars frame (``curation.select``), the chosen
 episodes' examples come back from DuckDB as one Arrow table (conversation, lineage ids, token estimate), and
-the dataset is written from Arrow. The dataset is a ``datasets.DatasetDict`` (train, validation) in
-conversational format: ``messages`` = system, user (the per-turn BPE prompt) and assistant (the
-``<think>…</think><action>…</action>`` target). Lineage: ``dataset_examples`` names every example it holds,
-with the consolidation run that made it; the bank version is the one those runs produced.
+the dataset is written from Arrow, atomically with a manifest (:mod:`evoharness.artifacts`). The dataset is
+a ``datasets.DatasetDict`` (train, validation) in conversational format: ``messages`` = system, user (the
+per-turn BPE prompt) and assistant (the ``<think>…</think><action>…</action>`` target). Lineage:
+``dataset_examples`` names every example it holds, with the consolidation run that made it; the bank version
+is the one those runs produced.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,13 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
+from evoharness.artifacts import artifact_problem, atomic_folder
 from evoharness.consolidation.store import insert_rows
 from evoharness.curation.config import CurationConfig
 from evoharness.curation.guard import assert_train_only
 from evoharness.curation.select import select_columnar
 from evoharness.curation.tokens import token_counter
+from evoharness.errors import MissingInputError
 from evoharness.lineage import code_version
 from warehouse import Warehouse, load_query
 
@@ -97,34 +100,35 @@ def record_dataset(wh: Warehouse, config: CurationConfig, run_id: str, examples:
                    ) -> DatasetResult:
     """Save ``examples`` (one row per example with ``dataset_split`` and lineage ids) as a dataset version and
     record it: ``datasets``, ``dataset_games``, ``dataset_examples``. An identical dataset is reused.
-    ``provenance`` (a derived dataset's inputs, e.g. its base dataset) is recorded with the config."""
-    import datasets
-
+    ``provenance`` (a derived dataset's inputs, e.g. its base dataset) is recorded with the config. A stored
+    dataset whose folder fails verification (:func:`evoharness.artifacts.verify_artifact`) is rebuilt in
+    place, under its id."""
     # the consolidation run is part of an example's identity: a reconsolidated episode is new content
     keys = examples.select("episode_id", "turn", "consolidation_run_id").sort("episode_id", "turn").rows()
     recorded_config = config.model_dump(mode="json") | (provenance or {})
     content_sha = hashlib.sha256(json.dumps([[list(k) for k in keys], {
         k: v for k, v in recorded_config.items() if k != "output_dir"}]).encode()).hexdigest()
-    existing = wh.con.execute("SELECT dataset_id, path, n_train, n_validation, composition, dropped, bank_version "
-                              "FROM datasets WHERE name = ? AND content_sha = ?", [config.dataset_name, content_sha]).fetchone()
-    if existing and Path(existing[1]).is_dir():
-        return DatasetResult(existing[0], existing[1], existing[2], existing[3], json.loads(existing[4]),
-                             json.loads(existing[5]), existing[6], reused=True)
+    existing = wh.one("dataset_by_content", name=config.dataset_name, content_sha=content_sha)
+    parts = {name: examples.filter(pl.col("dataset_split") == name).select(DATASET_COLUMNS)
+             for name in ("train", "validation")}
+    if existing:  # the same content is stored: reuse its folder, or rebuild it in place if it is corrupt
+        stored = DatasetResult(existing[0], existing[1], existing[2], existing[3], json.loads(existing[4]),
+                               json.loads(existing[5]), existing[6], reused=True)
+        if artifact_problem(stored.path, "dataset") is None:
+            return stored
+        save_dataset(parts, Path(stored.path))
+        return replace(stored, reused=False)
     runs = sorted(set(examples["consolidation_run_id"].to_list()))
     bank = wh.con.execute(load_query("curation_bank"), {"runs": runs}).fetchone()
     if bank is None:
-        raise ValueError("No frozen Experience bank for the chosen examples' consolidation runs: run "
+        raise MissingInputError("No frozen Experience bank for the chosen examples' consolidation runs: run "
                          "`evoharness consolidate` first.")
     bank_id, bank_version = bank
-    version = 1 + wh.scalar("SELECT coalesce(max(version), 0) FROM datasets WHERE name = ?", [config.dataset_name])
+    version = wh.value("dataset_next_version", name=config.dataset_name)
     dataset_id = f"{config.dataset_name}@v{version}"
     root = Path(config.output_dir) if config.output_dir else wh.path.parent / "datasets"
     path = (root / config.dataset_name / f"v{version}").resolve()
-    parts = {name: examples.filter(pl.col("dataset_split") == name).select(DATASET_COLUMNS)
-             for name in ("train", "validation")}
-    # an empty split is left out: datasets cannot load a split saved with no rows
-    datasets.DatasetDict({name: datasets.Dataset(part.to_arrow()) for name, part in parts.items() if part.height}
-                         ).save_to_disk(str(path))
+    save_dataset(parts, path)
     composition = _composition(examples, episodes)
     games = examples.group_by("game_id", "dataset_split").len().sort("game_id")
     lineage = examples.select(pl.lit(dataset_id).alias("dataset_id"), "episode_id", "consolidator", "turn",
@@ -145,11 +149,21 @@ def record_dataset(wh: Warehouse, config: CurationConfig, run_id: str, examples:
             {"dataset_id": dataset_id, "game_id": g, "dataset_split": s, "examples": n} for g, s, n in games.rows()])
         wh.con.register("_lineage", lineage.to_arrow())
         try:
-            wh.con.execute("INSERT INTO dataset_examples BY NAME SELECT * FROM _lineage")
+            wh.execute("dataset_examples_insert")
         finally:
             wh.con.unregister("_lineage")
     return DatasetResult(dataset_id, str(path), parts["train"].height, parts["validation"].height, composition,
                          dropped, bank_version, reused=False)
+
+
+def save_dataset(parts: dict[str, pl.DataFrame], path: Path) -> None:
+    """Save the splits as a ``datasets.DatasetDict`` folder at ``path``, atomically and with its manifest (an
+    empty split is left out: datasets cannot load a split saved with no rows)."""
+    import datasets
+
+    with atomic_folder(path, "dataset") as folder:
+        datasets.DatasetDict({name: datasets.Dataset(part.to_arrow()) for name, part in parts.items() if part.height}
+                             ).save_to_disk(str(folder))
 
 
 def _counts(frame: pl.DataFrame, column: str) -> dict[str, int]:

@@ -19,6 +19,7 @@ import polars as pl
 from evoharness.curation.build import DatasetResult, record_dataset, split_games
 from evoharness.curation.config import CurationConfig
 from evoharness.curation.guard import assert_train_only
+from evoharness.errors import MissingInputError, UnknownDatasetError
 from evoharness.harness.grammar import parse_turn
 from evoharness.harness.prompts import load_prompt_set
 from warehouse import Warehouse, load_query
@@ -58,18 +59,17 @@ def _labelled_rows(labels: pl.DataFrame, base_split: dict[str, str], validation_
 def curate_relabelled(wh: Warehouse, base_dataset_id: str, model_version: str, run_id: str,
                       output_dir: str | None = None) -> DatasetResult:
     """``base_dataset_id`` plus ``model_version``'s expert-labelled turns, as a new dataset (reused if identical)."""
-    base = wh.con.execute("SELECT name, config, bank_version FROM datasets WHERE dataset_id = ?",
-                          [base_dataset_id]).fetchone()
+    base = wh.one("dataset_name_config", dataset_id=base_dataset_id)
     if base is None:
-        raise LookupError(f"Unknown dataset {base_dataset_id!r}: curate it first (`evoharness curate`).")
+        raise UnknownDatasetError(base_dataset_id)
     name, base_config, bank_version = base[0], CurationConfig.model_validate_json(base[1]), base[2]
     labels = wh.con.execute(load_query("relabelled_turns"), {"model_version": model_version}).pl()
     if labels.is_empty():
-        raise LookupError(f"No expert-labelled turns of {model_version!r}: run `evoharness relabel` first.")
+        raise MissingInputError(f"No expert-labelled turns of {model_version!r}: run `evoharness relabel` first.")
     assert_train_only(zip(labels["game_id"].to_list(), labels["catalog_split"].to_list(), strict=True))
     base_rows = wh.con.execute(load_query("dataset_training_rows"), {"dataset_id": base_dataset_id}).pl()
     if base_rows.is_empty():
-        raise LookupError(f"Dataset {base_dataset_id!r} names no examples (curated before dataset_examples "
+        raise MissingInputError(f"Dataset {base_dataset_id!r} names no examples (curated before dataset_examples "
                           "existed): run `evoharness backfill-lineage` first.")
     base_split = dict(base_rows.select("game_id", "dataset_split").unique().iter_rows())
     rows, dropped = _labelled_rows(labels, base_split, base_config.validation_fraction, bank_version)

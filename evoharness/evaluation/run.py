@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, Field, model_validator
 
 from evoharness.agents.records import EpisodeRecord
+from evoharness.artifacts import verify_artifact
 from evoharness.collection import CollectionConfig, CollectionResult, collect
+from evoharness.errors import UnknownModelVersionError
 from evoharness.harness.prompts import Mode
 from evoharness.teachers.registry import Provider, TeacherRegistry, TeacherSpec
 from evoharness.training.student_card import read_student_card, student_prompt_set
@@ -90,12 +92,11 @@ class EvaluationResult:
 def student_policy(wh: Warehouse, config: EvaluationConfig) -> tuple[TeacherSpec, int | None]:
     """The model version as a policy (local, or served by an OpenAI-compatible server when ``serve_url`` is set),
     and the Experience bank version of its training dataset. Either way its episodes carry its name."""
-    row = wh.con.execute(
-        "SELECT m.path, d.bank_version FROM model_versions m JOIN datasets d USING (dataset_id) "
-        "WHERE m.model_version = ?", [config.model_version]).fetchone()
+    row = wh.one("model_version_player", model_version=config.model_version)
     if row is None:
-        raise LookupError(f"Unknown model version {config.model_version!r}: train it first (sft_student / "
-                          "`evoharness sft`).")
+        raise UnknownModelVersionError(config.model_version, "train it first (sft_student / `evoharness sft`)")
+    if config.serve_url is None:
+        verify_artifact(row[0], "model")  # a damaged folder is one clear line, not an error deep in loading
     mode = config.mode or Mode(read_student_card(row[0]).get("settings", {}).get("view", "bpe"))
     served = {"provider": Provider.OPENAI_COMPATIBLE, "model": config.served_model or config.model_version,
               "base_url": config.serve_url, "api_key_env": config.api_key_env} if config.serve_url else {
