@@ -10,12 +10,14 @@ warehouse opened only around short reads and writes. The blocking check gates ev
 import dagster as dg
 from pydantic import Field
 
+from assets.failures import one_line_failures
 from assets.lineage import ASSET_CODE_VERSION, id_metadata, materialized_value
 from evoharness.consolidation.audit import quality_gate
 from evoharness.consolidation.config import ConsolidationConfig, LLMSettings, QualityThresholds
 from evoharness.consolidation.pipeline import consolidate
 from evoharness.reporting.charts import bar_chart_png, markdown_image, markdown_table
 from evoharness.stage_config import defaults
+from pipelines.instance import WAREHOUSE_RETRY
 from pipelines.partitions import teacher_partitions
 from pipelines.resources import AlfworldResource, WarehouseResource
 from warehouse import Warehouse
@@ -61,7 +63,9 @@ def _consolidator(config: ConsolidationRunConfig, settings: LLMSettings):  # typ
     code_version=ASSET_CODE_VERSION,
     kinds={"python", "duckdb"},
     description="Per-turn BPE training examples with Belief/Progress/Experience JSON, audit rows and bank versions.",
+    retry_policy=WAREHOUSE_RETRY,
 )
+@one_line_failures
 def bpe_examples(
     context: dg.AssetExecutionContext, config: ConsolidationRunConfig, alfworld: AlfworldResource,
     warehouse: WarehouseResource,
@@ -82,9 +86,7 @@ def bpe_examples(
     with Warehouse(db_path) as wh:
         columns, rows = wh.query("audit_quality_for", teacher=teacher, consolidator=config.consolidator)
         _, kinds = wh.query("consolidation_kind_counts", teacher=teacher, consolidator=config.consolidator)
-        run = wh.con.execute("SELECT model, prompt_sha, bank_id, bank_version, new_bank_version, code_version "
-                             "FROM consolidation_runs WHERE consolidation_run_id = ?",
-                             [result.consolidation_run_id]).fetchone()
+        run = wh.one("consolidation_run_lineage", consolidation_run_id=result.consolidation_run_id)
     metrics = dict(zip(columns, rows[0])) if rows else {}
     lineage = dict(zip(("consolidator_model", "consolidator_prompt_sha", "bank_id", "bank_version_used",
                         "new_bank_version", "code_version"), run or ()))

@@ -5,6 +5,7 @@ import json
 import dagster as dg
 from pydantic import Field
 
+from assets.failures import one_line_failures
 from assets.lineage import ASSET_CODE_VERSION, id_metadata, materialized_value
 from evoharness.consolidation.audit import quality_gate
 from evoharness.consolidation.config import QualityThresholds
@@ -12,6 +13,7 @@ from evoharness.curation.build import curate
 from evoharness.curation.config import CurationConfig
 from evoharness.reporting.charts import bar_chart_png, markdown_image, markdown_table
 from evoharness.stage_config import defaults
+from pipelines.instance import WAREHOUSE_RETRY
 from pipelines.partitions import teacher_partitions
 from pipelines.resources import WarehouseResource
 
@@ -40,7 +42,9 @@ class CurationRunConfig(dg.Config):
     code_version=ASSET_CODE_VERSION,
     kinds={"python", "duckdb", "polars"},
     description="Success-filtered, quality-gated, deduplicated, task-balanced SFT dataset (train games only).",
+    retry_policy=WAREHOUSE_RETRY,
 )
+@one_line_failures
 def sft_dataset(context: dg.AssetExecutionContext, config: CurationRunConfig,
                 warehouse: WarehouseResource) -> dg.MaterializeResult:
     teacher = context.partition_key
@@ -54,8 +58,7 @@ def sft_dataset(context: dg.AssetExecutionContext, config: CurationRunConfig,
         if not gate.passed:
             raise dg.Failure(f"quality gate failed for {teacher}/{config.consolidator}: {'; '.join(gate.failures)}")
         result = curate(wh, curation, context.run.run_id)
-        row = wh.con.execute("SELECT consolidation_runs, n_episodes, code_version, run_id FROM datasets "
-                             "WHERE dataset_id = ?", [result.dataset_id]).fetchone()
+        row = wh.one("dataset_lineage", dataset_id=result.dataset_id)
     by_type = result.composition.get("task_type", {})
     chart = bar_chart_png(list(by_type), [float(v) for v in by_type.values()],
                           f"{result.dataset_id}: examples by task type", "examples") if by_type else None
@@ -89,12 +92,11 @@ def sft_dataset_no_eval_games(context: dg.AssetCheckExecutionContext,
     if dataset_id is None:
         return dg.AssetCheckResult(passed=False, metadata={"reason": dg.MetadataValue.text("no dataset")})
     with warehouse.open() as wh:
-        path = wh.scalar("SELECT path FROM datasets WHERE dataset_id = ?", [dataset_id])
+        path = wh.value("dataset_path", dataset_id=dataset_id)
         loaded = datasets.load_from_disk(path)
         on_disk = sorted({g for part in loaded.values() for g in part["game_id"]})
-        splits = dict(wh.con.execute("SELECT game_id, split FROM games WHERE list_contains(?, game_id)",
-                                     [on_disk]).fetchall())
-        leaks_sql = wh.scalar("SELECT count(*) FROM curation_leaks WHERE dataset_id = ?", [dataset_id])
+        splits = dict(wh.query("game_splits", game_ids=on_disk)[1])
+        leaks_sql = wh.value("curation_leak_count", dataset_id=dataset_id)
     leaks = [g for g in on_disk if splits.get(g) != "train"]
     return dg.AssetCheckResult(
         passed=not leaks and leaks_sql == 0,

@@ -5,6 +5,7 @@
 import dagster as dg
 from pydantic import Field
 
+from assets.failures import one_line_failures
 from assets.lineage import ASSET_CODE_VERSION, collection_lineage
 from evoharness.collection import CollectionConfig, CollectionConfigError, collect
 from evoharness.envs.alfworld.catalog import SPLITS
@@ -12,6 +13,7 @@ from evoharness.harness.prompts import Mode
 from evoharness.reporting.charts import bar_chart_png, markdown_image, markdown_table
 from evoharness.stage_config import defaults
 from evoharness.teachers.preflight import PreflightError
+from pipelines.instance import WAREHOUSE_RETRY
 from pipelines.partitions import teacher_partitions
 from pipelines.resources import AlfworldResource, WarehouseResource
 
@@ -73,7 +75,9 @@ def collection_config(teacher: str, config: CollectionRunConfig, data_root: str 
     code_version=ASSET_CODE_VERSION,
     kinds={"python", "duckdb"},
     description="Episodes, steps and harness calls of one teacher, written to the warehouse (resumable).",
+    retry_policy=WAREHOUSE_RETRY,
 )
+@one_line_failures
 def teacher_episodes(
     context: dg.AssetExecutionContext,
     config: CollectionRunConfig,
@@ -131,7 +135,7 @@ def teacher_episodes_integrity(context: dg.AssetCheckExecutionContext, warehouse
     teachers = [context.partition_key] if context.has_partition_key else None
     problems: list[tuple] = []
     with warehouse.open() as wh:
-        for teacher in teachers or [r[0] for r in wh.con.execute("SELECT DISTINCT teacher FROM episodes").fetchall()]:
+        for teacher in teachers or [r[0] for r in wh.query("episode_teachers")[1]]:
             _, rows = wh.query("check_episode_integrity", teacher=teacher)
             problems.extend(rows)
     return dg.AssetCheckResult(

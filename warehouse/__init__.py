@@ -1,4 +1,5 @@
-"""The DuckDB warehouse: SQL migrations in ``migrations/``, views, and the single writer path.
+"""The DuckDB warehouse: tables by migration (``migrations/``), views defined once (``views/``, applied on every
+writable open), named queries (``queries/``) and the single writer path.
 
 It imports nothing of the ``evoharness`` library: writes take plain rows (column → value mappings).
 """

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -19,6 +21,7 @@ import duckdb
 import pyarrow as pa
 
 from warehouse.drift import check_drift
+from warehouse.view_files import apply_views, view_files
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 QUERIES_DIR = Path(__file__).resolve().parent / "queries"
@@ -37,6 +40,42 @@ def load_query(name: str) -> str:
 
 class WarehouseOpenError(RuntimeError):
     """The warehouse file cannot be used (a directory, not a DuckDB file, an uncreatable folder, locked)."""
+
+
+class WarehouseLockedError(WarehouseOpenError):
+    """Another process held the file past the wait. The only open error worth retrying: a lock clears."""
+
+
+LOCK_WAIT_ENV = "EVOHARNESS_LOCK_WAIT_S"
+DEFAULT_LOCK_WAIT_S = 120.0
+"""How long opening waits for another process's write to end (docs/concurrency.md)."""
+
+_HOLDER_RE = re.compile(r"\(PID (\d+)\)")
+logger = logging.getLogger(__name__)
+
+
+def default_lock_wait_s() -> float:
+    """``$EVOHARNESS_LOCK_WAIT_S``, else :data:`DEFAULT_LOCK_WAIT_S`."""
+    value = os.environ.get(LOCK_WAIT_ENV)
+    try:
+        return float(value) if value else DEFAULT_LOCK_WAIT_S
+    except ValueError:
+        raise WarehouseOpenError(f"${LOCK_WAIT_ENV}={value!r} is not a number of seconds. Fix: set it to e.g. "
+                                 f"{DEFAULT_LOCK_WAIT_S:g} or unset it.") from None
+
+
+def lock_holder(message: str) -> str:
+    """``PID n (its command line)`` of the process DuckDB names as holding the lock, or ``another process``."""
+    match = _HOLDER_RE.search(message)
+    if match is None:
+        return "another process"
+    pid = match.group(1)
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        command = " ".join(" ".join(a.decode(errors="replace") for a in argv).split())[:120]
+    except OSError:
+        command = ""
+    return f"PID {pid} ({command})" if command else f"PID {pid}"
 
 
 _FIX_PATH = "Fix: pass a DuckDB file path with --db or $EVOHARNESS_DB (a new file is created)."
@@ -73,14 +112,16 @@ class Warehouse:
     """
 
     def __init__(self, path: str | os.PathLike | None = None, read_only: bool = False,
-                 lock_wait_s: float = 120.0) -> None:
+                 lock_wait_s: float | None = None) -> None:
         self.path = Path(path) if path is not None else default_db_path()
         self.read_only = read_only
-        self.lock_wait_s = lock_wait_s
+        self.lock_wait_s = lock_wait_s if lock_wait_s is not None else default_lock_wait_s()
+        self.waited_s = 0.0  # time spent waiting for other processes' locks, over this object's life
         self._con: duckdb.DuckDBPyConnection | None = None
         _check_path(self.path, read_only)
         if not read_only:
             self.migrate()
+            self.apply_views()
         else:
             self._connect()
             self.verify()
@@ -91,25 +132,37 @@ class Warehouse:
         return self._con if self._con is not None else self._connect()
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
-        deadline = time.monotonic() + self.lock_wait_s
-        delay = 0.05
+        """Connect, waiting up to ``lock_wait_s`` while another process writes (polling with capped backoff,
+        at most every 0.5 s so that a short write does not cost a long sleep)."""
+        started = time.monotonic()
+        deadline = started + self.lock_wait_s
+        delay = 0.02
         while True:
             try:
                 self._con = duckdb.connect(str(self.path), read_only=self.read_only)
-                return self._con
             except duckdb.IOException as exc:
-                if "lock" not in str(exc).lower() or time.monotonic() + delay > deadline:
+                if "lock" not in str(exc).lower():
                     raise WarehouseOpenError(self._open_problem(exc)) from exc
+                if time.monotonic() + delay > deadline:
+                    self.waited_s += time.monotonic() - started
+                    raise WarehouseLockedError(self._open_problem(exc)) from exc
                 time.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                delay = min(delay * 2, 0.5)
+                continue
             except (duckdb.Error, OSError) as exc:
                 raise WarehouseOpenError(self._open_problem(exc)) from exc
+            waited = time.monotonic() - started
+            self.waited_s += waited
+            if waited >= 5.0:
+                logger.info("waited %.1fs for warehouse %s (another process was writing)", waited, self.path)
+            return self._con
 
     def _open_problem(self, exc: BaseException) -> str:
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if "lock" in text.lower():
-            return (f"warehouse {self.path} is in use by another process (waited {self.lock_wait_s:g}s): {text}. "
-                    "Fix: wait for that process, or use another file with --db.")
+            return (f"warehouse {self.path} is held by {lock_holder(text)} past the {self.lock_wait_s:g}s wait. "
+                    f"Fix: rerun when it is done (every stage resumes), raise ${LOCK_WAIT_ENV}, or use another "
+                    "file with --db.")
         if "not a valid duckdb" in text.lower() or "database file" in text.lower():
             return f"warehouse {self.path} is not a DuckDB database file ({text}). {_FIX_PATH}"
         return f"cannot open warehouse {self.path}: {text}. {_FIX_PATH}"
@@ -173,6 +226,13 @@ class Warehouse:
             done.append(path.name)
         return done
 
+    def apply_views(self) -> list[str]:
+        """Apply ``warehouse/views/`` (rules: :mod:`warehouse.view_files`); returns the names applied, empty when
+        the warehouse already held these exact files."""
+        files = view_files()
+        with self.transaction() as con:
+            return apply_views(con, files)
+
     @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
         con = self.con
@@ -184,10 +244,34 @@ class Warehouse:
             raise
         con.execute("COMMIT")
 
-    def query(self, name: str, **params: Any) -> tuple[list[str], list[tuple]]:
+    def query(self, name: str, /, **params: Any) -> tuple[list[str], list[tuple]]:
         """Run a named query file with ``$name`` parameters; returns (column names, rows)."""
         cursor = self.con.execute(load_query(name), params)
         return [d[0] for d in cursor.description], cursor.fetchall()
+
+    def execute(self, name: str, /, **params: Any) -> duckdb.DuckDBPyConnection:
+        """Run the statements of a named query file in order, each with the ``$name`` parameters it uses; returns
+        the connection holding the last one's result (``fetchall()``, ``fetchone()``, ``pl()``)."""
+        statements = duckdb.extract_statements(load_query(name))
+        unused = set(params) - {p for s in statements for p in s.named_parameters}
+        if unused:
+            raise TypeError(f"query {name} takes no parameter {sorted(unused)}: see warehouse/queries/{name}.sql")
+        con = self.con
+        for statement in statements:
+            con.execute(statement, {key: params[key] for key in statement.named_parameters if key in params})
+        return con
+
+    def one(self, name: str, /, **params: Any) -> tuple | None:
+        """The first row of a named query, or None when it has no row."""
+        return self.execute(name, **params).fetchone()
+
+    def value(self, name: str, /, **params: Any) -> Any:
+        """The first column of the first row of a named query (an aggregate, a lookup by key); a
+        :class:`LookupError` naming the query when it has no row."""
+        row = self.one(name, **params)
+        if row is None:
+            raise LookupError(f"query {name} has no row for {params}")
+        return row[0]
 
     def scalar(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> Any:
         """The first column of the first row of ``sql`` (an aggregate, a count)."""
@@ -214,9 +298,13 @@ class Warehouse:
             con.unregister("_batch")
 
     def upsert_games(self, rows: Iterable[dict[str, Any]]) -> int:
-        """Insert catalog rows not yet present; returns how many the table now holds."""
+        """Insert catalog rows not yet present, and move known games to the split the catalog now gives them (the
+        dev split is carved from train); returns how many the table now holds."""
+        rows = list(rows)
         with self.transaction():
-            self.insert("games", list(rows), skip_existing=True)
+            self.insert("games", rows, skip_existing=True)
+            self.con.executemany(load_query("game_split_update"),
+                                 [{"game_id": r["game_id"], "split": r["split"]} for r in rows])
         return int(self.scalar("SELECT count(*) FROM games"))
 
     def finished_episode_ids(self, teacher: str) -> set[str]:

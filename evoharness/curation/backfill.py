@@ -19,9 +19,7 @@ class BackfillError(RuntimeError):
 
 def datasets_without_lineage(wh: Warehouse) -> list[str]:
     """Ids of datasets with no ``dataset_examples`` row."""
-    return [r[0] for r in wh.con.execute(
-        "SELECT dataset_id FROM datasets d WHERE NOT EXISTS "
-        "(SELECT 1 FROM dataset_examples de WHERE de.dataset_id = d.dataset_id) ORDER BY created_at").fetchall()]
+    return [r[0] for r in wh.query("datasets_without_lineage")[1]]
 
 
 def backfill_dataset_examples(wh: Warehouse, dataset_id: str) -> int:
@@ -31,7 +29,7 @@ def backfill_dataset_examples(wh: Warehouse, dataset_id: str) -> int:
 
     if dataset_id not in datasets_without_lineage(wh):
         return 0
-    path = wh.scalar("SELECT path FROM datasets WHERE dataset_id = ?", [dataset_id])
+    path = wh.value("dataset_path", dataset_id=dataset_id)
     try:
         loaded = datasets.load_from_disk(path)
     except FileNotFoundError as exc:

@@ -239,9 +239,7 @@ def reconcile_warehouse(warehouse: Warehouse, registry: TeacherRegistry, prune: 
     if not prune:
         return []
     names = registry.names()
-    stale = [row[0] for row in warehouse.con.execute(
-        "SELECT name FROM teachers WHERE in_registry AND NOT list_contains(?, name) ORDER BY name", [names]
-    ).fetchall()]
+    stale = [row[0] for row in warehouse.query("teachers_left_registry", names=names)[1]]
     if stale:
-        warehouse.con.execute("UPDATE teachers SET in_registry = false WHERE list_contains(?, name)", [stale])
+        warehouse.execute("teachers_mark_unregistered", names=stale)
     return stale

@@ -1,0 +1,2 @@
+-- The highest migration version applied.
+SELECT max(version) FROM schema_version;
