@@ -11,15 +11,15 @@ episodes/s side by side with the 2-worker / 1-worker ratio, and writes
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import tempfile
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("ALFWORLD_DATA", str(REPO.parent / "shared" / "alfworld"))
+
+from report import RESULTS, write_report
 
 from evoharness.collection import CollectionConfig, collect
 from warehouse import Warehouse
@@ -59,10 +59,8 @@ def main() -> None:
             fast0["episodes_per_second"] / real2["episodes_per_second"], 1)
         print(f"fast / textworld (2 workers each) = {ratios['fast_vs_textworld_2_workers']}x; "
               f"fast in-process / textworld 2 workers = {ratios['fast_in_process_vs_textworld_2_workers']}x")
-    out = REPO / "benchmarks" / "results" / "collection_throughput.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": platform.platform(), "cpus": os.cpu_count(), "games": args.games,
-                               "runs": rows, "ratios": ratios}, indent=2))
+    out = RESULTS / "collection_throughput.json"
+    write_report(out, {"games": args.games, "runs": rows, "ratios": ratios})
     print(f"wrote {out}")
 
 

@@ -3,9 +3,9 @@
     python benchmarks/constraint_speed.py --db WAREHOUSE --model-version VERSION   # 256 of its stored turns
 
 Every token a local student generates asks :meth:`ActionConstraint.allowed` what may come next (and GRPO asks
-again for every completion token, in ``choices``). Until 2026-12-03 each token before ``<action>`` filtered the
-markup tokens (and, once the thought had closed, the whole vocabulary) through the grammar; now those lists are
-built once per tokenizer. This replays the version's stored completions token by token through both, on its
+again for every completion token, in ``choices``). The old path filtered, at each token before ``<action>``, the
+markup tokens (and, once the thought had closed, the whole vocabulary) through the grammar; the library builds
+those lists once per tokenizer. This replays the version's stored completions token by token through both, on its
 own tokenizer, checks that they allow the same tokens at every step, and prints seconds and the ratio. Writes
 benchmarks/results/constraint_speed.json.
 """
@@ -13,11 +13,10 @@ benchmarks/results/constraint_speed.json.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import time
 from pathlib import Path
+
+from report import RESULTS, write_report
 
 from evoharness.harness.grammar import ActionKind, parse_turn
 from evoharness.teachers.clients.constrained import (
@@ -29,7 +28,7 @@ from evoharness.teachers.clients.constrained import (
 )
 from warehouse import Warehouse
 
-RESULTS = Path(__file__).resolve().parent / "results" / "constraint_speed.json"
+OUTPUT = RESULTS / "constraint_speed.json"
 
 
 class FilteringConstraint(ActionConstraint):
@@ -59,7 +58,8 @@ def stored_turns(db: Path, model_version: str, turns: int) -> tuple[str, list[st
 
 def replay(constraint_type: type[ActionConstraint], tokenizer, completions: list[str]) -> tuple[float, list]:
     """Seconds to ask for every completion token's allowed set, and the sets (sorted, for the comparison)."""
-    allowed, seconds = [], 0.0
+    allowed: list[list[int]] = []
+    seconds = 0.0
     for text in completions:
         turn = parse_turn(text)
         commands = (turn.action,) if turn.kind is ActionKind.ENV else ()
@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("--db", type=Path, required=True, help="A warehouse holding the version's evaluation.")
     parser.add_argument("--model-version", required=True)
     parser.add_argument("--turns", type=int, default=256)
-    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--output", type=Path, default=OUTPUT)
     args = parser.parse_args()
     from transformers import AutoTokenizer
 
@@ -98,12 +98,10 @@ def main() -> None:
         "filtering_us_per_token": round(filtering_seconds / tokens * 1e6, 1),
         "cached_us_per_token": round(cached_seconds / tokens * 1e6, 1),
         "speedup": round(filtering_seconds / cached_seconds, 1), "same_allowed_tokens": True,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
     }
     print(f"{len(completions)} turns, {tokens} tokens: filtering {filtering_seconds:.2f} s, cached "
           f"{cached_seconds:.2f} s ({result['speedup']}x), the same allowed tokens at every step")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    write_report(args.output, result)
 
 
 if __name__ == "__main__":

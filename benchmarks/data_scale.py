@@ -2,9 +2,9 @@
 consolidation and curation of everything it wrote; episodes/s per stage.
 
 Collection and consolidation have one path each (the library's, in chunks so that memory stays bounded);
-curation runs today's path (per-episode Python loops, every pair of a game compared for near-duplicates)
-beside the columnar one (DuckDB SQL + polars, MinHash LSH near-duplicates) on the same candidates, and
-checks that both choose the same episodes. Every phase resumes: a rerun skips stored episodes and
+curation runs the reference path (``curation_reference.py``: per-episode Python loops, every pair of a game
+compared for near-duplicates; ``today`` in the report) beside the library's columnar one (DuckDB SQL + polars,
+MinHash LSH near-duplicates) on the same candidates, and checks that both choose the same episodes. Every phase resumes: a rerun skips stored episodes and
 consolidated episodes, and a phase with nothing left to run keeps the measurement of the invocation
 that ran it (``--phases`` picks some).
 
@@ -19,8 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -28,15 +26,19 @@ from typing import Any
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("ALFWORLD_DATA", str(REPO.parent / "shared" / "alfworld"))
-sys.path.insert(0, str(REPO))
+
+from curation_reference import curate_reference
+from report import RESULTS, command_line, write_report
 
 from evoharness.collection import CollectionConfig, collect
 from evoharness.consolidation.config import ConsolidationConfig
 from evoharness.consolidation.pipeline import consolidate
 from evoharness.consolidation.rules import RuleConsolidator
+from evoharness.curation.build import curate
+from evoharness.curation.config import CurationConfig
 from warehouse import Warehouse
 
-RESULTS = REPO / "benchmarks" / "results" / "data_scale.json"
+OUTPUT = RESULTS / "data_scale.json"
 
 
 def log(message: str) -> None:
@@ -91,11 +93,8 @@ def phase_consolidate(db: Path, chunk: int, follow: int | None = None) -> dict[s
 
 
 def phase_curate(db: Path, out_dir: Path) -> dict[str, Any]:
-    """Today's curation path and the columnar one on the same warehouse; the same episodes must be chosen."""
-    from evoharness.curation.build import curate
-    from evoharness.curation.config import CurationConfig
-    from evoharness.curation.reference import curate_reference
-
+    """The reference curation (Python loops) and the library's columnar one on the same warehouse; the same
+    episodes must be chosen."""
     rows: dict[str, Any] = {}
     with Warehouse(db) as wh:
         candidates = int(wh.scalar("SELECT count(*) FROM consolidated_episodes WHERE status = 'ok'"))
@@ -129,14 +128,13 @@ def main() -> None:
     parser.add_argument("--phases", nargs="+", default=["collect", "consolidate", "curate"])
     parser.add_argument("--follow", type=int, default=None, help="consolidate beside a running collection until "
                         "this many episodes are consolidated")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=OUTPUT)
     args = parser.parse_args()
     args.db.parent.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = json.loads(args.out.read_text()) if args.out.exists() else {}
-    this_run = "python benchmarks/data_scale.py " + " ".join(sys.argv[1:])
-    report["runs"] = [*report.get("runs", [report["command"]] if "command" in report else []), this_run]
-    report |= {"command": " && ".join(report["runs"]), "machine": platform.platform(),
-               "cpus": os.cpu_count(), "games": args.games, "seeds": args.seeds,
+    report["runs"] = [*report.get("runs", [report["command"]] if "command" in report else []), command_line()]
+    report.pop("cpus", None)  # reports written before benchmarks/report.py kept it beside a platform string
+    report |= {"command": " && ".join(report["runs"]), "games": args.games, "seeds": args.seeds,
                "planned_episodes": args.games * args.seeds}
     phases = {"collect": lambda: phase_collect(args.db, args.games, args.seeds, args.chunk_games),
               "consolidate": lambda: phase_consolidate(args.db, args.consolidate_chunk, args.follow),
@@ -148,9 +146,8 @@ def main() -> None:
             log(f"{name}: nothing left to run; keeping the measurement of the run that did it")
         else:
             report[name] = measured
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"\n{'stage':<12} {'episodes':>9} {'seconds':>9} {'episodes/s':>11}   today's path beside it")
+        write_report(args.out, report)
+    print(f"\n{'stage':<12} {'episodes':>9} {'seconds':>9} {'episodes/s':>11}   the reference loops beside it")
     for name in ("collect", "consolidate"):
         if name in report:
             row = report[name]
@@ -159,7 +156,7 @@ def main() -> None:
     if "curate" in report:
         row = report["curate"]
         print(f"{'curate':<12} {row['candidates']:>9} {row['columnar']['seconds']:>9} "
-              f"{row['columnar']['episodes_per_second']:>11}   today {row['today']['seconds']} s "
+              f"{row['columnar']['episodes_per_second']:>11}   reference {row['today']['seconds']} s "
               f"({row['today']['episodes_per_second']}/s): {row['speedup']}x; same episodes chosen: "
               f"{row['same_episodes_chosen']}")
     print(f"wrote {args.out}")

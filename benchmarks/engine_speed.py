@@ -10,9 +10,7 @@ walk of admissible commands on both engines. Prints medians / p90 and ratios; wr
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import random
 import statistics
 import sys
@@ -22,6 +20,8 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("ALFWORLD_DATA", str(REPO.parent / "shared" / "alfworld"))
+
+from report import RESULTS, write_report
 
 from evoharness.envs.alfworld.catalog import GameCatalog, GameRecord
 from evoharness.envs.alfworld.fast_engine import FastAlfworldEnv, load_world
@@ -65,7 +65,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--games", type=int, default=20)
     parser.add_argument("--steps", type=int, default=25)
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "engine_speed.json"))
+    parser.add_argument("--out", type=Path, default=RESULTS / "engine_speed.json")
     args = parser.parse_args()
 
     games = pick_games(GameCatalog(), args.games)
@@ -92,7 +92,6 @@ def main() -> int:
 
     summary = {
         "games": len(games), "steps_per_game": args.steps,
-        "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
         "real": {"load_reset": stats(real_load), "step": stats(real_step)},
         "fast": {"load_reset": stats(fast_load), "step": stats(fast_step)},
     }
@@ -101,16 +100,14 @@ def main() -> int:
         "step_median": summary["real"]["step"]["median_ms"] / summary["fast"]["step"]["median_ms"],
         "step_p90": summary["real"]["step"]["p90_ms"] / summary["fast"]["step"]["p90_ms"],
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"summary": summary, "games": rows}, indent=2) + "\n")
+    write_report(args.out, {"summary": summary, "games": rows})
 
     print(f"{'':<14}{'real median':>14}{'real p90':>12}{'fast median':>14}{'fast p90':>12}{'ratio':>10}")
     for key, label in (("load_reset", "load+reset"), ("step", "step")):
         r, f = summary["real"][key], summary["fast"][key]
         print(f"{label:<14}{r['median_ms']:>11.2f} ms{r['p90_ms']:>9.2f} ms{f['median_ms']:>11.3f} ms"
               f"{f['p90_ms']:>9.3f} ms{r['median_ms'] / f['median_ms']:>9.0f}x")
-    print(f"wrote {out}")
+    print(f"wrote {args.out}")
     return 0
 
 

@@ -14,14 +14,17 @@ docs/gpu_estimate.md. Writes benchmarks/results/gpu_estimate.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("ALFWORLD_DATA", str(REPO.parent / "shared" / "alfworld"))
-RESULTS = REPO / "benchmarks" / "results" / "gpu_estimate.json"
+
+from report import RESULTS, write_report
+
+OUTPUT = RESULTS / "gpu_estimate.json"
 COMMAND = "python benchmarks/gpu_estimate.py"
 
 # Qwen3-8B (config.json of the hub model): 36 layers, hidden 4096, 151,936-entry output vocabulary.
@@ -109,7 +112,7 @@ def main() -> None:
     parser.add_argument("--mode", default="bpe")
     parser.add_argument("--games", type=int, default=100, help="Train games the expert plays (without --db).")
     parser.add_argument("--tokenizer", help="A tokenizer to count with exactly, e.g. Qwen/Qwen3-8B.")
-    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--output", type=Path, default=OUTPUT)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         db = args.db
@@ -123,12 +126,11 @@ def main() -> None:
                 collect(CollectionConfig(mode=Mode(args.mode), split="train", limit=args.games, workers=0,
                                          engine="fast"), wh, run_id="gpu-estimate")
         measured = measure(db, args.teacher, args.mode, args.tokenizer)
-    result = {"command": COMMAND + (f" --tokenizer {args.tokenizer}" if args.tokenizer else ""),
+    result: dict[str, Any] = {"command": COMMAND + (f" --tokenizer {args.tokenizer}" if args.tokenizer else ""),
               "measured": measured, "estimate": estimate(measured),
               "constants": {"params": PARAMS, "peak_bf16_flops": PEAK_BF16, "mfu": MFU, "hbm_bytes_per_s":
                             HBM_BYTES_PER_S, "lora_params": LORA_PARAMS, "train_games": TRAIN_GAMES}}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=1))
+    write_report(args.output, result, indent=1)
     e = result["estimate"]
     print(f"measured on {measured['episodes']} episodes ({measured['turns_measured']} turns): "
           f"{measured['turns_per_episode']:.1f} turns/episode, {measured['prompt_tokens_per_turn']:.0f} prompt + "

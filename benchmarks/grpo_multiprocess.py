@@ -22,8 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from report import RESULTS, write_report
+
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results" / "grpo_multiprocess.json"
+OUTPUT = RESULTS / "grpo_multiprocess.json"
 COMMAND = "python benchmarks/grpo_multiprocess.py"
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("ALFWORLD_DATA", str(REPO.parent / "shared" / "alfworld"))
@@ -31,11 +33,12 @@ GAMES, GROUP, STEPS, MICRO = 4, 2, 3, 4
 
 
 def grpo_settings():  # type: ignore[no-untyped-def]
-    from evoharness.training.grpo import GRPOSettings
+    from evoharness.training.recipes import load_recipe
 
-    return GRPOSettings.tiny_student(games_limit=GAMES, games_per_step=2, num_generations=GROUP, max_steps=STEPS,
-                                     per_device_train_batch_size=MICRO, save_steps=None, learning_rate=1e-3,
-                                     logging_steps=1)
+    return load_recipe("tiny", values={"grpo.games_limit": GAMES, "grpo.games_per_step": 2,
+                                       "grpo.num_generations": GROUP, "grpo.max_steps": STEPS,
+                                       "grpo.per_device_train_batch_size": MICRO, "grpo.learning_rate": 1e-3,
+                                       "grpo.logging_steps": 1}, overrides=["grpo.save_steps=null"]).grpo
 
 
 def prepare(workdir: Path) -> None:
@@ -161,7 +164,7 @@ def main() -> None:
     parser.add_argument("mode", nargs="?", default="compare", choices=["compare", "grpo", "sft"])
     parser.add_argument("--workdir", type=Path)
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--output", type=Path, default=OUTPUT)
     args = parser.parse_args()
     if args.mode == "grpo":
         grpo_worker(args.workdir, args.out)
@@ -171,8 +174,7 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         result = compare(args.workdir or Path(tmp))
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=1))
+    write_report(args.output, result, indent=1)
     print(f"{'':24}{'1 process':>14}{'2 processes':>14}")
     for i, (a, b) in enumerate(zip(result["grpo"]["1"]["losses"], result["grpo"]["2"]["losses"], strict=True)):
         print(f"{f'loss, step {i + 1}':24}{a[1]:>14.6f}{b[1]:>14.6f}")

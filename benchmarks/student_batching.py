@@ -11,10 +11,8 @@ waiting run as one left-padded batch. Writes benchmarks/results/student_batching
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import platform
 import tempfile
 import time
 from pathlib import Path
@@ -23,6 +21,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("ALFWORLD_DATA", str(Path(__file__).resolve().parents[1].parent / "shared" / "alfworld"))
 
 import transformers  # noqa: F401 - imported before timing, so neither run pays for it
+from report import RESULTS, write_report
 
 from evoharness.collection import CollectionConfig, collect
 from evoharness.teachers.registry import Provider, TeacherSpec
@@ -30,7 +29,7 @@ from evoharness.testing.teachers import write_registry
 from evoharness.testing.tiny_hf import build_tiny_qwen3
 from warehouse import Warehouse
 
-RESULTS = Path(__file__).resolve().parent / "results" / "student_batching.json"
+OUTPUT = RESULTS / "student_batching.json"
 
 
 def run_once(args: argparse.Namespace, concurrency: int, model: Path, folder: Path) -> dict:
@@ -43,7 +42,9 @@ def run_once(args: argparse.Namespace, concurrency: int, model: Path, folder: Pa
         started = time.perf_counter()
         result = collect(config, warehouse, run_id=f"bench-{concurrency}")
         wall = time.perf_counter() - started
-        turns, tokens = warehouse.con.execute("SELECT count(*), sum(output_tokens) FROM steps").fetchone()
+        row = warehouse.con.execute("SELECT count(*), sum(output_tokens) FROM steps").fetchone()
+    assert row is not None
+    turns, tokens = row
     return {"in_flight": concurrency, "episodes": len(result.records), "turns": turns, "generated_tokens": tokens,
             "seconds": round(wall, 2), "turns_per_second": round(turns / wall, 2),
             "tokens_per_second": round(tokens / wall, 1)}
@@ -54,7 +55,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=16)
     parser.add_argument("--max-steps", type=int, default=10)
     parser.add_argument("--max-tokens", type=int, default=48, help="Completion tokens per turn.")
-    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--output", type=Path, default=OUTPUT)
     args = parser.parse_args()
     logging.getLogger("evoharness.teachers.llm").setLevel(logging.ERROR)  # a random student's empty turns
     with tempfile.TemporaryDirectory() as tmp:
@@ -67,10 +68,8 @@ def main() -> None:
         print(f"{key:20} {one[key]!s:>12} {many[key]!s:>14}")
     print(f"{'speed-up':20} {'':>12} {ratio:>13.1f}x")
     report = {"benchmark": "student_batching", "episodes": args.episodes, "max_steps": args.max_steps,
-              "max_tokens": args.max_tokens, "one_at_a_time": one, "batched": many, "speedup": round(ratio, 2),
-              "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n")
+              "max_tokens": args.max_tokens, "one_at_a_time": one, "batched": many, "speedup": round(ratio, 2)}
+    write_report(args.output, report)
     print(f"wrote {args.output}")
 
 

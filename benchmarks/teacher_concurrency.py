@@ -12,9 +12,7 @@ calls, environment pool start-up and warehouse writes included.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -27,13 +25,14 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("ALFWORLD_DATA", str(Path(__file__).resolve().parents[1].parent / "shared" / "alfworld"))
 
 import openai  # noqa: F401 - imported before timing, so neither run pays for it
+from report import RESULTS, write_report
 
 from evoharness.collection import CollectionConfig, CollectionResult, collect
 from evoharness.teachers.registry import Provider, TeacherSpec
 from evoharness.testing.teachers import write_registry
 from warehouse import Warehouse
 
-RESULTS = Path(__file__).resolve().parent / "results" / "teacher_concurrency.json"
+OUTPUT = RESULTS / "teacher_concurrency.json"
 
 
 @contextmanager
@@ -91,7 +90,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=None,
                         help="Environment worker processes (default: by engine; in-process for fast).")
     parser.add_argument("--split", default="valid_seen")
-    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--output", type=Path, default=OUTPUT)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, served_teacher(args) as base_url:
         sequential = run_once(args, 1, base_url, Path(tmp))
@@ -106,10 +105,8 @@ def main() -> None:
         "benchmark": "teacher_concurrency", "episodes": args.episodes, "delay_s": args.delay, "engine": args.engine,
         "max_steps": args.max_steps, "workers": args.workers, "split": args.split,
         "sequential": sequential, "concurrent": concurrent, "speedup": round(ratio, 2),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(args.output, report)
     print(f"wrote {args.output}")
 
 

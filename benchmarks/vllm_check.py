@@ -14,7 +14,6 @@ trainer on GPU 0, because TRL's NCCL weight transfer cannot pair two ranks on on
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -23,8 +22,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results" / "vllm_check.json"
+from report import RESULTS, write_report
+
+OUTPUT = RESULTS / "vllm_check.json"
 COMMAND = "python benchmarks/vllm_check.py"
 
 
@@ -60,7 +60,8 @@ def start_server(model: str, port: int, log: Path) -> subprocess.Popen:
 
 
 def grpo_run(model: str, folder: Path, vllm_url: str | None) -> dict:
-    from evoharness.training.grpo import GRPOSettings, train_grpo
+    from evoharness.training.grpo import train_grpo
+    from evoharness.training.grpo_config import GRPOSettings
 
     settings = GRPOSettings(games_per_step=2, num_generations=4, games_limit=4, max_steps=2, episode_steps=10,
                             max_new_tokens=128, learning_rate=1e-6, per_device_train_batch_size=8, save_steps=None,
@@ -76,7 +77,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="Qwen/Qwen3-0.6B")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--output", type=Path, default=OUTPUT)
     args = parser.parse_args()
     reason = available()
     if reason:
@@ -95,7 +96,7 @@ def main() -> None:
               "vllm_generated_turns": served["turns"] > 0}
     result = {"command": COMMAND, "model": args.model, "vllm": served, "hf_generate": local, "checks": checks,
               "speedup": round(served["turns_per_second"] / max(local["turns_per_second"], 1e-9), 2)}
-    args.output.write_text(json.dumps(result, indent=1))
+    write_report(args.output, result, indent=1)
     print(f"{'':22}{'vLLM server':>14}{'HF generate':>14}")
     for key in ("seconds", "turns", "turns_per_second"):
         print(f"{key:22}{served[key]:>14}{local[key]:>14}")

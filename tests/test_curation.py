@@ -137,7 +137,7 @@ def test_dagster_blocking_check_stops_curation(tmp_path: Path, alfworld_data: Pa
 
 def test_columnar_selection_chooses_what_todays_loops_choose(db: Path, tmp_path: Path) -> None:
     """The columnar path (polars + MinHash LSH) and the reference (Python loops, all pairs) build the same data."""
-    from evoharness.curation.reference import curate_reference
+    from benchmarks.curation_reference import curate_reference
 
     with Warehouse(db) as wh:
         columnar = curate(wh, CurationConfig(name="columnar", output_dir=str(tmp_path)), "c")
@@ -160,8 +160,8 @@ def test_minhash_near_duplicates_match_all_pairs() -> None:
 
     import polars as pl
 
+    from benchmarks.curation_reference import _bigrams, jaccard
     from evoharness.curation.minhash import near_duplicates
-    from evoharness.curation.reference import _bigrams, jaccard
 
     rng = random.Random(0)
     vocabulary = [f"go to place {i}" for i in range(40)] + [f"take thing {i}" for i in range(40)]

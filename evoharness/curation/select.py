@@ -2,7 +2,8 @@
 duplicates by first signature, near duplicates by MinHash LSH (``curation.minhash``).
 
 Input: the ``curation_candidates`` query as a polars frame (one row per consolidated episode, in game order).
-The result is the same as today's per-episode loops (``curation.reference``), at a cost linear in episodes.
+The result equals the reference per-episode loops' (``benchmarks/curation_reference.py``), at a cost linear in
+episodes.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""Today's curation path, kept as the reference: per-episode Python loops, and near-duplicates found by
-comparing each episode with every kept episode of its game.
+"""The reference curation: per-episode Python loops, and near-duplicates found by comparing each episode with
+every kept episode of its game (the library's path before the columnar one).
 
-``curate_reference`` builds the same dataset as ``curation.build.curate`` (the columnar path); the tests
-prove that both choose the same episodes and examples, and ``benchmarks/data_scale.py`` times them side by side.
+``curate_reference`` builds the same dataset as ``evoharness.curation.build.curate`` (the columnar path).
+``tests/test_curation.py`` proves that both choose the same episodes and examples, and
+``benchmarks/data_scale.py`` times them side by side. It lives here, not in the library, because only they use it.
 """
 
 from __future__ import annotations
