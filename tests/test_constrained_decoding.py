@@ -133,3 +133,21 @@ def test_a_student_avoiding_repeats_never_repeats_a_command_in_a_state(tmp_path:
     assert len(steps) == 25
     in_state = state_repeats(GameCatalog().get(game_id), seed, steps)
     assert (in_state == 0) if avoid_repeats else (in_state > 0 and repeats >= in_state)
+
+
+@pytest.mark.parametrize("meta", [True, False])
+def test_a_walk_token_by_token_allows_what_the_whole_completion_allows(tokenizer, meta: bool) -> None:
+    """The incremental state (and its mask) gives the same tokens as ``allowed`` on the completion so far, on
+    random walks through the constraint (thought, command or meta-action argument, end)."""
+    rng, eos = random.Random(1), tokenizer.eos_token_id
+    for _ in range(20):
+        constraint = ActionConstraint(tokenizer, ActionSpace(COMMANDS, meta=meta))
+        state, generated = constraint.start(), []
+        while not generated or generated[-1] != eos:
+            allowed = constraint.allowed(generated)
+            assert state.allowed() == allowed
+            assert set((~state.blocked(len(tokenizer))).nonzero().flatten().tolist()) == set(allowed)
+            token = rng.choice(allowed)
+            generated.append(token)
+            state.advance(token)
+        assert parse_turn(tokenizer.decode(generated, skip_special_tokens=True)).error is None

@@ -1,32 +1,55 @@
-"""Micro-batched local generation: the same completions as one at a time, real batches, failures reach everyone."""
+"""Local generation: the batch engine (left-padded ``generate``) and the continuous engine (slot KV cache) give the
+same greedy completions, a continuous slot is refilled at once, and failures reach every waiting request."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
+from evoharness.harness.grammar import parse_turn
+from evoharness.teachers.clients.constrained import ActionConstraint, ActionSpace
 from evoharness.teachers.clients.hf_batching import BatchGenerator, Sampling
 
 PROMPTS = ["<think>I go to the countertop.</think>", "Task: put a clean mug in coffeemachine.",
            "You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a fridge 1.",
            "recall [where to find apple]", "take apple 1 from countertop 1"]
+COMMANDS = ("go to countertop 1", "go to cabinet 1", "go to cabinet 10", "take apple 1 from countertop 1", "look")
 GREEDY = Sampling(max_new_tokens=12)
 
 
 @pytest.fixture(scope="module")
-def generator(tmp_path_factory: pytest.TempPathFactory) -> BatchGenerator:
+def model_and_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from evoharness.testing.tiny_hf import build_tiny_qwen3
 
     folder = build_tiny_qwen3(tmp_path_factory.mktemp("tiny"))
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    return BatchGenerator(AutoModelForCausalLM.from_pretrained(folder).eval(), tokenizer, max_batch=4)
+    return AutoModelForCausalLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
+
+
+@pytest.fixture()
+def generator(model_and_tokenizer: tuple[Any, Any]) -> BatchGenerator:
+    return BatchGenerator(*model_and_tokenizer, max_batch=4, engine="batch")
+
+
+@pytest.fixture()
+def continuous(model_and_tokenizer: tuple[Any, Any]) -> BatchGenerator:
+    generator = BatchGenerator(*model_and_tokenizer, max_batch=2)
+    assert generator.continuous_ready()
+    return generator
 
 
 def _ids(generator: BatchGenerator, text: str) -> list[int]:
     return generator.tokenizer(text)["input_ids"]
+
+
+def _turn_prompts(generator: BatchGenerator) -> list[list[int]]:
+    """Chat-templated prompts: they share the system turn (the continuous engine's prefix cache)."""
+    return [generator.tokenizer.apply_chat_template(
+        [{"role": "system", "content": "Household text game."}, {"role": "user", "content": text}],
+        add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"] for text in PROMPTS]
 
 
 def test_a_padded_batch_decodes_like_single_prompts(generator: BatchGenerator) -> None:
@@ -49,7 +72,59 @@ def test_concurrent_requests_share_batches(generator: BatchGenerator) -> None:
     assert generator.batch_sizes == [4, 1]  # max_batch 4: five waiting turns run as two batches
 
 
-def test_a_failed_batch_fails_every_waiting_request(generator: BatchGenerator) -> None:
+@pytest.mark.parametrize("constrained", [False, True])
+def test_the_continuous_engine_decodes_greedily_like_the_batch_engine(generator: BatchGenerator,
+                                                                      continuous: BatchGenerator,
+                                                                      constrained: bool) -> None:
+    """Five turns through two slots (refilled as turns end, the shared prefix reused) against one padded batch."""
+    prompts = _turn_prompts(generator)
+    sampling = Sampling(max_new_tokens=48)
+
+    def constraints() -> list[ActionConstraint | None]:
+        return [ActionConstraint(generator.tokenizer, ActionSpace(COMMANDS, meta=i % 2 == 0)) if constrained
+                else None for i in range(len(prompts))]
+
+    expected = generator.run_batch(prompts, sampling, constraints())
+    assert continuous.run_batch(prompts, sampling, constraints()) == expected
+
+    async def play() -> list[list[int]]:
+        return list(await asyncio.gather(*(continuous.generate(p, sampling, c)
+                                           for p, c in zip(prompts, constraints(), strict=True))))
+
+    assert asyncio.run(play()) == expected
+    assert all(stats.prefix_reused > 0 for stats in continuous.decoder_stats)
+    if constrained:
+        assert all(parse_turn(generator.tokenizer.decode(c, skip_special_tokens=True)).error is None
+                   for c in expected if c[-1] == generator.tokenizer.eos_token_id)
+
+
+def test_a_finished_turn_s_slot_is_refilled_at_once(continuous: BatchGenerator) -> None:
+    """Turns of 3, 9, 3, 9 and 3 tokens through two slots take as many steps as a first-come first-served schedule
+    that refills a slot as soon as its turn ends (a padded batch waits for its longest turn)."""
+    import torch
+
+    from evoharness.teachers.clients.continuous import ContinuousDecoder, Row
+
+    results: dict[int, list[int]] = {}
+    waiting = [Row.of(p, Sampling(max_new_tokens=n), lambda r, i=i: results.__setitem__(i, r), None)
+               for i, (p, n) in enumerate(zip(_turn_prompts(continuous), [3, 9, 3, 9, 3], strict=True))]
+    decoder = ContinuousDecoder(continuous.model, continuous.tokenizer.eos_token_id, slots=2)
+    with torch.no_grad():
+        while waiting or decoder.rows:
+            decoder.admit([waiting.pop(0) for _ in range(min(decoder.free, len(waiting)))])
+            decoder.step()
+    taken = [len(results[i]) for i in range(5)]
+    free_at = [0, 0]  # the step at which each slot is free again
+    for length in taken:
+        slot = min(range(2), key=free_at.__getitem__)
+        free_at[slot] += length
+    assert decoder.stats.steps == max(free_at) < sum(taken)
+    assert max(decoder.stats.rows_per_step) == 2 and len(set(taken)) > 1
+
+
+@pytest.mark.parametrize("engine", ["batch", "continuous"])
+def test_a_failed_batch_fails_every_waiting_request(model_and_tokenizer: tuple[Any, Any], engine: str) -> None:
+    generator = BatchGenerator(*model_and_tokenizer, max_batch=4, engine=engine)  # type: ignore[arg-type]
     bad = Sampling(max_new_tokens=-1)
 
     async def play() -> list[object]:
@@ -59,3 +134,12 @@ def test_a_failed_batch_fails_every_waiting_request(generator: BatchGenerator) -
     results = asyncio.run(play())
     assert len(results) == 2 and all(isinstance(r, Exception) for r in results)
     assert asyncio.run(generator.generate(_ids(generator, PROMPTS[0]), GREEDY))  # and it still serves afterwards
+
+
+def test_sampled_continuous_turns_keep_to_the_constraint(continuous: BatchGenerator) -> None:
+    prompts = _turn_prompts(continuous)
+    sampling = Sampling(max_new_tokens=200, temperature=1.0, top_p=0.9)
+    constraints = [ActionConstraint(continuous.tokenizer, ActionSpace(COMMANDS, meta=False)) for _ in prompts]
+    for completion in continuous.run_batch(prompts, sampling, list(constraints)):
+        turn = parse_turn(continuous.tokenizer.decode(completion, skip_special_tokens=True))
+        assert turn.error is None and turn.action in COMMANDS

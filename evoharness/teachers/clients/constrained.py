@@ -26,6 +26,8 @@ MAX_THOUGHT_CHARS = 160
 """A thought is one short line (the teachers' are under 120 characters); past this it must close."""
 MAX_ARGUMENT_CHARS = 80
 """A meta-action's argument (a subgoal, a query, a lesson) past this is closed."""
+ENCODED_CACHE = 100_000
+"""Command texts whose token ids a vocabulary keeps (cleared when full)."""
 
 
 @dataclass(frozen=True)
@@ -59,10 +61,24 @@ class RepeatGuard:
             self.issued.add((turn.action, observation, frozenset(admissible)))
 
 
-@dataclass
+@dataclass(eq=False)
 class _Trie:
     children: dict[int, _Trie] = field(default_factory=dict)
     free_after: bool = False  # a meta-action opener ends here: its argument is free text
+    _next: list[int] | None = None
+    _blocked: Any = None
+
+    def next_tokens(self, eos: int) -> list[int]:
+        """The tokens that continue a command here (the end-of-turn token where none does), built once."""
+        if self._next is None:
+            self._next = list(self.children) or [eos]
+        return self._next
+
+    def blocked(self, eos: int, width: int) -> Any:
+        """:meth:`next_tokens` as a mask of the tokens not allowed (built once; it lives as long as the trie)."""
+        if self._blocked is None or self._blocked.shape[0] != width:
+            self._blocked = _mask(self.next_tokens(eos), width)
+        return self._blocked
 
     def add(self, ids: list[int], free_after: bool = False) -> None:
         node = self
@@ -80,11 +96,11 @@ class ActionConstraint:
         self.vocabulary = _vocabulary(tokenizer)
         self.pieces, self.plain, self.markup = self.vocabulary.pieces, self.vocabulary.plain, self.vocabulary.markup
         self.trie = _Trie()
-        for command in space.commands:
-            self.trie.add(self._ids(command + ACTION_CLOSE) + [self.eos])
+        for ids in self.vocabulary.encode(tokenizer, [command + ACTION_CLOSE for command in space.commands]):
+            self.trie.add(ids + [self.eos])
         if space.meta:
-            for kind in META_ACTIONS:
-                self.trie.add(self._ids(f"{kind.value} ["), free_after=True)
+            for ids in self.vocabulary.encode(tokenizer, [f"{kind.value} [" for kind in META_ACTIONS]):
+                self.trie.add(ids, free_after=True)
 
     def _ids(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
@@ -113,7 +129,15 @@ class ActionConstraint:
     def choices(self, completion: list[int]) -> list[bool]:
         """Per token of ``completion``: whether it was a choice (more than one token was allowed there). A
         forced token has probability 1 under the constrained policy, so it carries no policy gradient."""
-        return [len(self.allowed(completion[:i])) > 1 for i in range(len(completion))]
+        state, marks = self.start(), []
+        for token in completion:
+            marks.append(len(state.allowed()) > 1)
+            state.advance(token)
+        return marks
+
+    def start(self) -> ConstraintState:
+        """A walk through this constraint from an empty completion, a token at a time."""
+        return ConstraintState(self)
 
     def _thinking(self, text: str) -> list[int]:
         """Before ``<action>``: tokens that keep ``text`` a prefix of ``<think>\n`` thought ``\n</think>…<action>``
@@ -151,6 +175,66 @@ class ActionConstraint:
         return None
 
 
+class ConstraintState:
+    """One completion's walk through an :class:`ActionConstraint`: :meth:`allowed` after each :meth:`advance`
+    equals ``constraint.allowed(generated)`` for the tokens advanced so far, without decoding the whole completion
+    at every token (the text grows by each token's piece; a piece that is part of a multi-byte character makes it
+    decode the completion instead), and :meth:`blocked` gives the same as a mask, built once per cached list."""
+
+    def __init__(self, constraint: ActionConstraint) -> None:
+        self.constraint = constraint
+        self.generated: list[int] = []
+        self.text = ""
+        self._partial = False  # a piece so far was part of a multi-byte character: decode instead of appending
+        self._action_start: int | None = None  # index of the first token after "<action>"
+        self._node: _Trie | None = constraint.trie  # None: off the trie (only the end-of-turn token remains)
+        self._argument_start: int | None = None  # index of a meta-action's first argument token
+
+    def advance(self, token: int) -> None:
+        """Take ``token`` as the completion's next token."""
+        c = self.constraint
+        self.generated.append(token)
+        if self._action_start is None:
+            piece = c.pieces[token] if token < len(c.pieces) else ""
+            self._partial = self._partial or "\ufffd" in piece
+            self.text = c.tokenizer.decode(self.generated, skip_special_tokens=False) if self._partial \
+                else self.text + piece
+            if ACTION_OPEN in self.text:
+                self._action_start = len(self.generated)
+            return
+        if self._argument_start is not None or self._node is None:
+            return
+        if self._node.free_after:
+            self._argument_start = len(self.generated) - 1
+        else:
+            self._node = self._node.children.get(token)
+
+    def allowed(self) -> list[int]:
+        """The tokens allowed next (the caller must not change the list)."""
+        return self._allowed()
+
+    def blocked(self, width: int) -> Any:
+        """The tokens not allowed next, as a boolean tensor of ``width`` (the model's vocabulary): a trie node's
+        and the vocabulary's cached lists' masks are built once, other lists' each time."""
+        c = self.constraint
+        if self._action_start is not None and self._argument_start is None and self._node is not None \
+                and not self._node.free_after:
+            return self._node.blocked(c.eos, width)
+        return c.vocabulary.blocked(self._allowed(), width)
+
+    def _allowed(self) -> list[int]:
+        c = self.constraint
+        if self._action_start is None:
+            return c._thinking(self.text)
+        if self._argument_start is not None:
+            return c._free_argument(self.generated[self._argument_start:])
+        if self._node is None:
+            return c.vocabulary.eos_only
+        if self._node.free_after:
+            return c._free_argument([])
+        return self._node.next_tokens(c.eos)
+
+
 def _grammatical(text: str) -> bool:
     """Whether ``text`` can still become ``<think>\n`` + one line of thought + ``\n</think>\n\n<action>`` (the
     action that follows is the trie's business)."""
@@ -185,16 +269,51 @@ class _Vocabulary:
     pieces: list[str]
     plain: list[int]
     markup: list[int]
+    eos_only: list[int]
     _grammatical_after: dict[str, list[int]] = field(default_factory=dict)
+    _lasting: set[int] = field(default_factory=set)  # ids of the cached lists above
+    _masks: dict[tuple[int, int], tuple[list[int], Any]] = field(default_factory=dict)
+    _encoded: dict[str, list[int]] = field(default_factory=dict)
+
+    def encode(self, tokenizer: Any, texts: list[str]) -> list[list[int]]:
+        """The token ids of each text alone (no special tokens), encoded in one call and kept: a game's commands
+        recur turn after turn."""
+        missing = [t for t in dict.fromkeys(texts) if t not in self._encoded]
+        if missing:
+            if len(self._encoded) > ENCODED_CACHE:
+                self._encoded.clear()
+            batch = tokenizer(missing, add_special_tokens=False)["input_ids"]
+            self._encoded.update(zip(missing, (list(ids) for ids in batch), strict=True))
+        return [self._encoded[t] for t in texts]
+
+    def blocked(self, tokens: list[int], width: int) -> Any:
+        """A boolean tensor of ``width``, True where a token is not in ``tokens``: cached by identity for this
+        vocabulary's own cached lists (which live as long as it does), built afresh for any other list."""
+        if id(tokens) not in self._lasting:
+            return _mask(tokens, width)
+        key = (id(tokens), width)
+        if key not in self._masks:
+            self._masks[key] = (tokens, _mask(tokens, width))
+        return self._masks[key][1]
 
     def grammatical_after(self, text: str) -> list[int]:
         """The tokens that keep ``text`` + token grammatical (:func:`_grammatical`), built once per ``text``:
         callers pass a few representative texts (see ``ActionConstraint._thinking``) and must not change the
         list."""
         if text not in self._grammatical_after:
-            self._grammatical_after[text] = [t for t in self.markup + self.plain
-                                             if _grammatical(text + self.pieces[t])]
+            tokens = [t for t in self.markup + self.plain if _grammatical(text + self.pieces[t])]
+            self._grammatical_after[text] = tokens
+            self._lasting.add(id(tokens))
         return self._grammatical_after[text]
+
+
+def _mask(tokens: list[int], width: int) -> Any:
+    """A boolean tensor of ``width``, True where a token is not in ``tokens``."""
+    import torch
+
+    mask = torch.ones(width, dtype=torch.bool)
+    mask[torch.tensor(tokens, dtype=torch.long)] = False
+    return mask
 
 
 _VOCABULARIES: dict[int, _Vocabulary] = {}
@@ -208,5 +327,7 @@ def _vocabulary(tokenizer: Any) -> _Vocabulary:
         pieces = [tokenizer.decode([t], skip_special_tokens=False) for t in range(len(tokenizer))]
         plain = [t for t, text in enumerate(pieces) if text and "<" not in text and "\n" not in text and t != eos]
         markup = [t for t, text in enumerate(pieces) if text and ("<" in text or "\n" in text)]
-        _VOCABULARIES[key] = _Vocabulary(pieces, plain, markup)
+        vocabulary = _Vocabulary(pieces, plain, markup, [eos])
+        vocabulary._lasting.add(id(vocabulary.eos_only))
+        _VOCABULARIES[key] = vocabulary
     return _VOCABULARIES[key]

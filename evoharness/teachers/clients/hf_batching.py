@@ -1,20 +1,32 @@
-"""Micro-batched generation for a local Hugging Face causal LM.
+"""Batched generation for a local Hugging Face causal LM, shared by evaluation, relabelling and GRPO rollouts.
 
-Episodes run concurrently on one event loop and each asks for one turn at a time. Instead of generating
-those turns one after another, :class:`BatchGenerator` collects the requests that are waiting, runs them
-as one left-padded ``generate`` call in a worker thread, and hands each episode its own completion; while a
-batch runs, the next one fills up. Requests with different sampling settings go to different batches.
+Episodes run concurrently on one event loop and each asks for one turn at a time. :class:`BatchGenerator` serves
+them from a worker thread in one of two ways (``engine``):
+
+* ``continuous`` (the default for a Qwen3 model, such as the students built here): one continuous batch
+  (:mod:`.continuous`): a turn is prefilled as soon as a slot is free, every step decodes one token of every turn
+  in flight against its own key/value cache, and a finished turn's slot is refilled at once, so the event loop
+  steps environments while generation goes on. The action constraint is a precomputed mask.
+* ``batch`` (the path before; any other architecture, and subclasses that run batches elsewhere): the requests
+  waiting are run as one left-padded ``generate`` call, each completion handed back when the whole batch ends;
+  requests with different sampling settings go to different batches.
+
+``benchmarks/student_speed.py`` compares the two side by side.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from evoharness.teachers.clients.constrained import ActionConstraint
+
+Engine = Literal["continuous", "batch"]
+IDLE_SECONDS = 2.0
+"""A continuous worker thread with nothing to do for this long ends (the next request starts another)."""
 
 
 @dataclass(frozen=True)
@@ -39,18 +51,35 @@ class BatchGenerator:
 
     model: Any
     tokenizer: Any
-    max_batch: int = 16
+    max_batch: int = 16  # rows per batch; the continuous engine's slots (turns in flight)
     seed: int | None = None
-    batch_sizes: list[int] = field(default_factory=list)  # every batch run, for tests and benchmarks
+    engine: Engine = "continuous"  # falls back to "batch" where the model is not a Qwen3 (see continuous_ready)
+    batch_sizes: list[int] = field(default_factory=list)  # every batch run (engine "batch"), for tests
     applies_constraints: ClassVar[bool] = True  # a row with a constraint only gets the tokens it allows
     _pending: dict[Sampling, list[_Request]] = field(default_factory=lambda: defaultdict(list))
     _draining: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _queue: deque[Any] = field(default_factory=deque)  # continuous: rows waiting for a slot
+    _wake: threading.Condition = field(default_factory=threading.Condition)
+    _worker: threading.Thread | None = None
+    decoder_stats: list[Any] = field(default_factory=list)  # continuous: each decoder's DecoderStats
+
+    def continuous_ready(self) -> bool:
+        """Whether requests take the continuous engine: asked for, a model it reproduces (Qwen3), and this class's
+        own ``run_batch`` (a subclass that runs batches elsewhere, such as a vLLM server, keeps the batch path)."""
+        from evoharness.teachers.clients.fast_decode import Qwen3Runner
+
+        return self.engine == "continuous" and type(self).run_batch is BatchGenerator.run_batch \
+            and Qwen3Runner.supports(self.model)
 
     async def generate(self, prompt_ids: list[int], sampling: Sampling,
                        constraint: ActionConstraint | None = None) -> list[int]:
         """The completion of one prompt; ``constraint`` restricts its action to what the game accepts."""
+        _check(sampling)
         future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
+        if self.continuous_ready():
+            self._enqueue(prompt_ids, sampling, constraint, future)
+            return await future
         self._pending[sampling].append(_Request(list(prompt_ids), future, constraint))
         if not self._draining:
             self._draining = True
@@ -89,8 +118,87 @@ class BatchGenerator:
             seen = waiting
             await asyncio.sleep(0)
 
+    # -- continuous engine -----------------------------------------------------------------------------
+    def _enqueue(self, prompt_ids: list[int], sampling: Sampling, constraint: ActionConstraint | None,
+                 future: asyncio.Future[list[int]]) -> None:
+        from evoharness.teachers.clients.continuous import Row
+
+        loop = future.get_loop()
+
+        def deliver(result: list[int] | BaseException) -> None:
+            try:
+                loop.call_soon_threadsafe(_settle, future, result)
+            except RuntimeError:  # the episode's event loop has closed: nobody waits for this turn
+                pass
+
+        with self._wake:
+            self._queue.append(Row.of(prompt_ids, sampling, deliver, constraint))
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._serve, name="continuous-decoder", daemon=True)
+                self._worker.start()
+            self._wake.notify()
+
+    def _decoder(self) -> Any:
+        from evoharness.teachers.clients.continuous import ContinuousDecoder
+
+        decoder = ContinuousDecoder(self.model, self.tokenizer.eos_token_id, self.max_batch, self.seed)
+        self.decoder_stats.append(decoder.stats)
+        return decoder
+
+    def _serve(self) -> None:
+        """The worker thread: admit waiting rows into free slots, step, repeat; end after IDLE_SECONDS idle."""
+        import torch
+
+        decoder = self._decoder()
+        while True:
+            with self._wake:
+                while not self._queue and not decoder.rows:
+                    if not self._wake.wait(timeout=IDLE_SECONDS) and not self._queue:
+                        self._worker = None
+                        return
+                admitted = [self._queue.popleft() for _ in range(min(decoder.free, len(self._queue)))]
+            try:
+                with self._lock, torch.no_grad():
+                    decoder.admit(admitted)
+                    decoder.step()
+            except Exception as exc:  # noqa: BLE001 - not swallowed: every row in flight gets it
+                decoder.fail(exc, admitted)
+
     def run_batch(self, prompts: list[list[int]], sampling: Sampling,
                   constraints: list[ActionConstraint | None] | None = None) -> list[list[int]]:
+        """The completions of ``prompts`` (without padding, ended by the end-of-turn token if emitted), decoded
+        together; a row with a constraint only ever gets the tokens it allows."""
+        _check(sampling)
+        if self.continuous_ready():
+            return self._run_continuous(prompts, sampling, constraints)
+        return self._run_padded(prompts, sampling, constraints)
+
+    def _run_continuous(self, prompts: list[list[int]], sampling: Sampling,
+                        constraints: list[ActionConstraint | None] | None) -> list[list[int]]:
+        import torch
+
+        from evoharness.teachers.clients.continuous import Row
+
+        results: list[list[int] | BaseException | None] = [None] * len(prompts)
+
+        def deliver_to(index: int) -> Any:
+            return lambda result: results.__setitem__(index, result)
+
+        waiting = deque(Row.of(p, sampling, deliver_to(i), (constraints or [None] * len(prompts))[i])
+                        for i, p in enumerate(prompts))
+        with self._lock, torch.no_grad():
+            decoder = self._decoder()
+            while waiting or decoder.rows:
+                decoder.admit([waiting.popleft() for _ in range(min(decoder.free, len(waiting)))])
+                decoder.step()
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return [list(r) for r in results if isinstance(r, list)]
+
+    # -- batch engine (the path before) ---------------------------------------------------------------
+    def _run_padded(self, prompts: list[list[int]], sampling: Sampling,
+                    constraints: list[ActionConstraint | None] | None = None) -> list[list[int]]:
         """One left-padded ``generate`` over ``prompts``; the completions without padding. A row with a
         constraint only ever gets the tokens it allows."""
         import torch
@@ -115,6 +223,20 @@ class BatchGenerator:
         for row in out[:, width:].tolist():  # rows that ended early are padded after their end-of-turn token
             completions.append(row[:row.index(eos) + 1] if eos in row else row)
         return completions
+
+
+def _check(sampling: Sampling) -> None:
+    if sampling.max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be at least 1 (got {sampling.max_new_tokens})")
+
+
+def _settle(future: asyncio.Future[list[int]], result: list[int] | BaseException) -> None:
+    if future.done():
+        return
+    if isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(result)
 
 
 def _allowed_tokens(constraints: list[ActionConstraint | None] | None, width: int, eos: int,

@@ -1,8 +1,9 @@
 """A local Hugging Face causal LM behind the :class:`ChatClient` interface (students, small teachers).
 
-Loads from a local folder only (``local_files_only``). Concurrent episodes' turns are generated together in
-micro-batches (:class:`~evoharness.teachers.clients.hf_batching.BatchGenerator`) in a worker thread, so the
-event loop keeps serving the other episodes.
+Loads from a local folder only (``local_files_only``). Concurrent episodes' turns are generated together
+(:class:`~evoharness.teachers.clients.hf_batching.BatchGenerator`: one continuous batch for a Qwen3 model,
+left-padded ``generate`` batches otherwise) in a worker thread, so the event loop keeps stepping the other
+episodes' environments meanwhile.
 """
 
 from __future__ import annotations
@@ -10,18 +11,23 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 from evoharness.teachers.clients.base import Completion, ContextTooLongError
 from evoharness.teachers.clients.constrained import ActionConstraint, ActionSpace
-from evoharness.teachers.clients.hf_batching import BatchGenerator, Sampling
+from evoharness.teachers.clients.hf_batching import BatchGenerator, Engine, Sampling
 
 
 class LocalHFClient:
-    """``model_path`` is a folder holding a transformers model and its tokenizer (with a chat template)."""
+    """``model_path`` is a folder holding a transformers model and its tokenizer (with a chat template).
+    ``engine`` None takes :attr:`default_engine` (``benchmarks/student_speed.py`` sets it to compare the paths)."""
 
-    def __init__(self, model_path: str, device: str = "cpu", seed: int = 0, max_batch: int = 16) -> None:
+    default_engine: ClassVar[Engine] = "continuous"
+
+    def __init__(self, model_path: str, device: str = "cpu", seed: int = 0, max_batch: int = 16,
+                 engine: Engine | None = None) -> None:
         self.model_path, self.device, self.seed, self.max_batch = model_path, device, seed, max_batch
+        self.engine: Engine = engine or self.default_engine
         self._lock = threading.Lock()
         self._generator: BatchGenerator | None = None
 
@@ -34,7 +40,8 @@ class LocalHFClient:
                 model = AutoModelForCausalLM.from_pretrained(self.model_path, local_files_only=True)
                 model = model.to(self.device)  # type: ignore[arg-type]
                 model.eval()
-                self._generator = BatchGenerator(model, tokenizer, max_batch=self.max_batch, seed=self.seed)
+                self._generator = BatchGenerator(model, tokenizer, max_batch=self.max_batch, seed=self.seed,
+                                                 engine=self.engine)
             return self._generator
 
     async def complete(
