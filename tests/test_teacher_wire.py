@@ -85,6 +85,15 @@ def test_refusal_is_reported(provider: str) -> None:
     assert completion.text == "I can't help with that."
 
 
+@pytest.mark.parametrize("provider", ["openai", "openai_compatible"])
+def test_a_thought_the_server_split_off_goes_back_in_front(provider: str) -> None:
+    """``transformers serve`` and vLLM's reasoning parsers return ``<think>``'s text as ``reasoning_content``."""
+    completion, _, _ = complete(provider, Reply(text="<action>look</action>", reasoning="\nfind the mug\n"))
+    assert completion.text == "<think>find the mug</think><action>look</action>"
+    whole, _, _ = complete(provider, Reply(text="<think>kept</think><action>look</action>", reasoning="dup"))
+    assert whole.text == "<think>kept</think><action>look</action>"  # a server that did not split keeps its text
+
+
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 def test_max_tokens_stop_is_reported(provider: str) -> None:
     completion, _, _ = complete(provider, Reply(text="<think>cut", stop_reason="max_tokens"))

@@ -76,6 +76,7 @@ class Reply:
     stop_reason: str | None = None
     body: str | None = None
     error_code: str | None = None
+    reasoning: str | None = None  # Chat Completions only: a thought split off into ``reasoning_content``
 
 
 Responder = Callable[[Call], Reply]
@@ -107,7 +108,8 @@ def openai_body(call: Call, reply: Reply) -> dict[str, Any]:
         "model": call.body.get("model", "loopback"),
         "choices": [{"index": 0, "finish_reason": finish, "logprobs": None,
                      "message": {"role": "assistant", "content": None if refused else reply.text,
-                                 "refusal": reply.text if refused else None}}],
+                                 "refusal": reply.text if refused else None}
+                     | ({"reasoning_content": reply.reasoning} if reply.reasoning is not None else {})}],
         "usage": {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out},
     }
 

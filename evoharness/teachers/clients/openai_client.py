@@ -58,10 +58,25 @@ class OpenAIChatClient:
         usage = getattr(response, "usage", None)
         stop = "refusal" if refusal is not None else choice.finish_reason
         return Completion(
-            text=refusal or message.content or "",
+            text=refusal or with_reasoning(message),
             input_tokens=getattr(usage, "prompt_tokens", None),
             output_tokens=getattr(usage, "completion_tokens", None),
             latency_ms=latency_ms,
             model=getattr(response, "model", None) or self.model,
             stop_reason=stop,
         )
+
+
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+"""Where reasoning-aware servers (``transformers serve``, vLLM with a reasoning parser) put a split-off thought."""
+
+
+def with_reasoning(message: Any) -> str:
+    """The answer as the model wrote it: a thought the server split off into a reasoning field goes back in front
+    as ``<think>…</think>``, so stored turns and distilled examples keep it."""
+    content = message.content or ""
+    reasoning = next((text for name in REASONING_FIELDS
+                      if isinstance(text := getattr(message, name, None), str) and text.strip()), None)
+    if reasoning is None or "<think>" in content:
+        return content
+    return f"<think>{reasoning.strip()}</think>{content.lstrip()}"

@@ -1,0 +1,161 @@
+"""Serve a local model folder over an OpenAI-compatible HTTP API: ``transformers serve`` in a child process.
+
+``transformers serve`` is the CPU server (``vllm serve`` is the GPU equivalent, started the same way by hand). It
+needs FastAPI and Uvicorn (``pip install "evoharness[serve]"``). The child listens on a loopback port, the model is
+preloaded and named by its folder path, and every request is answered by it:
+
+    with ServedModel("models/expert-sft-…/model") as served:
+        served.base_url, served.model   # → `evoharness teacher add NAME --provider openai_compatible ...`
+
+The server decodes greedily unless the model's ``generation_config.json`` samples (``do_sample``): a request's
+``temperature`` alone does not turn sampling on. A Qwen3-family model's ``<think>…</think>`` block comes back split
+off, in the message's ``reasoning_content`` field.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+SERVE_MODULES = ("fastapi", "uvicorn")
+"""What ``transformers serve`` imports beyond transformers itself (its ``serving`` extra)."""
+
+
+class ServingError(RuntimeError):
+    """The server cannot start or did not come up; the message names the cause and the fix."""
+
+
+def missing_serve_modules() -> list[str]:
+    """The modules ``transformers serve`` needs that are not installed here."""
+    return [name for name in SERVE_MODULES if importlib.util.find_spec(name) is None]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """How the server runs. ``port`` None: a free one. ``startup_timeout_s`` bounds loading and the first /health."""
+
+    host: str = "127.0.0.1"
+    port: int | None = None
+    device: str = "cpu"
+    startup_timeout_s: float = 600.0
+    log_path: Path | None = None
+    extra_args: tuple[str, ...] = field(default_factory=tuple)
+
+
+def serve_command(model_dir: str | Path, host: str, port: int, settings: ServeSettings) -> list[str]:
+    """The ``transformers serve`` command line, run by this interpreter (the same environment)."""
+    return [sys.executable, "-m", "transformers.cli.transformers", "serve", str(model_dir), "--host", host,
+            "--port", str(port), "--device", settings.device, "--log-level", "warning", *settings.extra_args]
+
+
+def serve_env() -> dict[str, str]:
+    """The child's environment: offline (a local folder needs no hub) and no update check on start."""
+    return os.environ | {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_UPDATE_CHECK": "1", "PYTHONUNBUFFERED": "1"}
+
+
+class ServedModel:
+    """A model folder served by ``transformers serve`` while the context is open (or between start and stop)."""
+
+    def __init__(self, model_dir: str | Path, settings: ServeSettings | None = None) -> None:
+        self.model_dir = Path(model_dir).resolve()
+        self.settings = settings or ServeSettings()
+        self.port = self.settings.port or free_port(self.settings.host)
+        self.log_path = self.settings.log_path or self.model_dir.parent / "serve.log"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def model(self) -> str:
+        """The model name requests use (``/v1/models`` lists the preloaded folder by its path)."""
+        return str(self.model_dir)
+
+    @property
+    def root_url(self) -> str:
+        return f"http://{self.settings.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-compatible endpoint (a teacher's ``--base-url``)."""
+        return f"{self.root_url}/v1"
+
+    def start(self) -> Self:
+        """Start the child and wait until /health answers; :class:`ServingError` when it cannot."""
+        if not (self.model_dir / "config.json").exists():
+            raise ServingError(f"{self.model_dir} holds no model (no config.json): pass a model version's model "
+                               "folder (`evoharness models` lists them).")
+        missing = missing_serve_modules()
+        if missing:
+            raise ServingError(f"transformers serve needs {', '.join(missing)}, which is not installed: "
+                               "pip install 'evoharness[serve]'")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self._process = subprocess.Popen(
+                serve_command(self.model_dir, self.settings.host, self.port, self.settings), env=serve_env(),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            self._wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.settings.startup_timeout_s
+        while time.monotonic() < deadline:
+            assert self._process is not None
+            if self._process.poll() is not None:
+                raise ServingError(f"transformers serve exited with {self._process.returncode} before it answered "
+                                   f"/health: {self._log_tail()}")
+            try:
+                with urllib.request.urlopen(f"{self.root_url}/health", timeout=2.0) as reply:
+                    if reply.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.5)
+        raise ServingError(f"transformers serve did not answer {self.root_url}/health within "
+                           f"{self.settings.startup_timeout_s:.0f}s (log: {self.log_path}); raise "
+                           "ServeSettings.startup_timeout_s on a busy machine.")
+
+    def _log_tail(self, lines: int = 5) -> str:
+        try:
+            tail = self.log_path.read_text(errors="replace").strip().splitlines()[-lines:]
+        except OSError:
+            return f"(no log at {self.log_path})"
+        return " | ".join(tail) or "(empty log)"
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """Stop the child's process group (SIGTERM, then SIGKILL after ``grace_s``)."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()

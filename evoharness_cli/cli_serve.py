@@ -1,0 +1,42 @@
+"""``evoharness serve``: a trained model version over an OpenAI-compatible HTTP API (``transformers serve``), until
+Ctrl-C, so it can be registered as an ``openai_compatible`` teacher or evaluated with ``--serve-url``."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+
+from evoharness.serving import ServedModel, ServeSettings, ServingError
+from evoharness.training.model_versions import required_version
+from evoharness_cli.cli_common import DbOption, console
+from warehouse import Warehouse, default_db_path
+
+
+def serve_command(
+    model_version: Annotated[str, typer.Option(help="A trained model version (see the model_versions table).")],
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",
+    device: Annotated[str, typer.Option(help="cpu, cuda:0 or auto.")] = "cpu",
+    db: DbOption = None,
+) -> None:
+    """Serve a model version's model folder with `transformers serve` (needs fastapi and uvicorn: the `serve` extra)
+    and print the `teacher add` line that registers it."""
+    with Warehouse(db or default_db_path(), read_only=True) as wh:
+        path = required_version(wh, model_version).path
+    try:
+        served = ServedModel(path, ServeSettings(host=host, port=port, device=device)).start()
+    except ServingError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from None
+    console.print(f"serving {model_version} at {served.base_url} as model {served.model!r} (log: {served.log_path})")
+    console.print(f"register it: evoharness teacher add NAME --provider openai_compatible --model {served.model} "
+                  f"--base-url {served.base_url} --price-in 0 --price-out 0 --auto-distill --max-spend-usd 1")
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        console.print("stopping")
+    finally:
+        served.stop()
