@@ -15,8 +15,7 @@ AUDIT_VIEWS: tuple[str, ...] = (
 def read_view(wh: Warehouse, view: str) -> tuple[list[str], list[tuple]]:
     if view not in AUDIT_VIEWS + ("audit_belief_by_aspect", "audit_unconsolidated"):
         raise ValueError(f"Unknown audit view {view!r}.")
-    cursor = wh.con.execute(f"SELECT * FROM {view} ORDER BY ALL")
-    return [d[0] for d in cursor.description], cursor.fetchall()
+    return wh.query("audit_view", view=view)
 
 
 @dataclass(frozen=True)

@@ -39,8 +39,7 @@ def ensure_seed(wh: Warehouse, seed_path: Path = SEED_BANK) -> ExperienceBankDat
     import yaml
 
     seed = ExperienceBankData.model_validate(yaml.safe_load(seed_path.read_text()))
-    exists = wh.scalar("SELECT count(*) FROM experience_banks WHERE bank_id = ? AND version = ?",
-                            [seed.bank_id, seed.version])
+    exists = wh.value("bank_version_count", bank_id=seed.bank_id, version=seed.version)
     if not exists:
         with wh.transaction():
             _store_version(wh, seed, None, [], None)
@@ -49,10 +48,7 @@ def ensure_seed(wh: Warehouse, seed_path: Path = SEED_BANK) -> ExperienceBankDat
 
 def load_bank(wh: Warehouse, bank_id: str, version: int | None = None) -> ExperienceBankData:
     """A frozen version (``None``: the latest)."""
-    row = wh.con.execute(
-        "SELECT entries_json FROM experience_banks WHERE bank_id = ? AND frozen AND (? IS NULL OR version = ?) "
-        "ORDER BY version DESC LIMIT 1", [bank_id, version, version],
-    ).fetchone()
+    row = wh.one("bank_frozen_entries", bank_id=bank_id, version=version)
     if row is None:
         raise KeyError(f"No frozen version {version if version is not None else '(latest)'} of bank {bank_id!r}.")
     return ExperienceBankData.model_validate(json.loads(row[0]))
@@ -60,22 +56,19 @@ def load_bank(wh: Warehouse, bank_id: str, version: int | None = None) -> Experi
 
 def contributed_episodes(wh: Warehouse, bank_id: str) -> set[str]:
     """Episodes already induced into some version of ``bank_id`` (each episode contributes once)."""
-    rows = wh.con.execute(
-        "SELECT DISTINCT unnest(CAST(source_episodes AS VARCHAR[])) FROM experience_banks WHERE bank_id = ?",
-        [bank_id],
-    ).fetchall()
+    _, rows = wh.query("bank_contributed_episodes", bank_id=bank_id)
     return {row[0] for row in rows}
 
 
 def write_version(wh: Warehouse, new: ExperienceBankData, parent: ExperienceBankData, edits: list[Edit],
                   sources: list[str], consolidator: str, consolidation_run_id: str) -> None:
-    """Store ``new`` (frozen) and the edits that produced it, in one transaction."""
+    """Store ``new`` (frozen) and the edits that produced it; call inside ``wh.transaction()`` (consolidation
+    commits a batch's examples and the version they induced together)."""
     now = datetime.now(UTC)
-    with wh.transaction():
-        _store_version(wh, new, parent.version, sources, consolidation_run_id)
-        insert_rows(wh, "experience_edits", [
-            edit.row() | {"bank_id": new.bank_id, "version": new.version, "edit_index": i,
-                            "consolidator": consolidator, "consolidation_run_id": consolidation_run_id,
-                            "created_at": now}
-            for i, edit in enumerate(edits)
-        ])
+    _store_version(wh, new, parent.version, sources, consolidation_run_id)
+    insert_rows(wh, "experience_edits", [
+        edit.row() | {"bank_id": new.bank_id, "version": new.version, "edit_index": i,
+                        "consolidator": consolidator, "consolidation_run_id": consolidation_run_id,
+                        "created_at": now}
+        for i, edit in enumerate(edits)
+    ])

@@ -23,12 +23,14 @@ class ConsolidationConfig(BaseModel):
     consolidator: Literal["rule", "llm"] = "rule"
     splits: tuple[str, ...] = ("train",)
     modes: tuple[str, ...] = ("bpe", "react")
-    limit: int | None = Field(default=None, description="At most N source episodes (game order).")
+    limit: int | None = Field(default=None, description="The first N source episodes in game order, consolidated "
+                              "or not (a rerun plans the same ones; None: all).")
     engine: str | None = Field(default=None, description="Replay engine (None: the library default).")
     workers: int | None = Field(default=None, ge=0, description="Replay worker processes (0: in-process; "
                                 "None: by engine, in-process for the fast one).")
     concurrency: int = Field(default=4, ge=1, description="Episodes in flight (replay + consolidator calls).")
-    batch_size: int = Field(default=25, ge=1, description="Episodes per batch; the bank is frozen within one.")
+    batch_size: int = Field(default=25, ge=1, description="Episodes per batch, cut in game order; the bank is "
+                            "frozen within one and evolves after it.")
     reconsolidate: bool = Field(default=False, description="Redo episodes this consolidator already did.")
     bank_id: str = "alfworld-seed"
     bank_version: int | None = Field(default=None, description="Pin a frozen bank version (None: latest).")

@@ -1,9 +1,25 @@
 """Asynchronous consolidation of one teacher's stored episodes, in batches, with bounded concurrency.
 
 Per batch: replay every episode on the engine and ask the consolidator for an annotation (at most
-``concurrency`` episodes in flight), build the examples with the batch's frozen bank, write the batch
-in one short transaction, then induce the next bank version from the batch's train episodes.
-The warehouse is opened only around reads and writes, so other processes can write in between.
+``concurrency`` episodes in flight), build the examples with the batch's frozen bank, induce the next bank
+version from the batch's train episodes, then write the batch's rows and that version in one short
+transaction. The warehouse is opened only around reads and writes, so other processes can write in between.
+
+Resume rule: a run killed anywhere and rerun ends with the same examples and the same Experience bank
+versions (same sha256) as an uninterrupted run. Two things make the bank independent of where a run stopped:
+
+- batch boundaries are fixed by episode order: the planned episodes (the first ``limit`` in game order, done or
+  not) are cut into batches of ``batch_size`` *before* the consolidated ones are left out
+  (:func:`~evoharness.consolidation.batches.pending_batches`), so a rerun meets the same batches;
+- a batch commits atomically: its examples and the bank version it induced are written in one transaction,
+  so a kill leaves each batch either wholly done (rows and version) or not begun, never rows without the
+  version they should have induced. The next batch's bank is then the latest frozen version, as it would have
+  been without the kill.
+
+Fixed boundaries were chosen over checkpointing the in-progress bank: the bank already is versioned data in the
+warehouse, so a committed batch *is* the checkpoint, and nothing else needs to be stored or cleaned up.
+Episodes that failed are redone by the next run with the then-latest bank (a new attempt, not a resume). A pinned
+``bank_version`` is where a run starts; the guarantee above is for the default (the latest version).
 """
 
 from __future__ import annotations
@@ -20,12 +36,13 @@ from typing import Any
 
 from evoharness.consolidation import bank as banks
 from evoharness.consolidation.bank_editor import EditorResult
+from evoharness.consolidation.batches import pending_batches
 from evoharness.consolidation.config import ConsolidationConfig
 from evoharness.consolidation.evolution import Edit, EpisodeEvidence, evolve, lessons_of
 from evoharness.consolidation.examples import EpisodeExamples, build_examples
 from evoharness.consolidation.plan import Annotation, Consolidator, TaskInfo
 from evoharness.consolidation.replay import ReplayError, replay_episode
-from evoharness.consolidation.source import SourceEpisode, load_source_episodes
+from evoharness.consolidation.source import SourceEpisode, load_source_episodes, source_rows
 from evoharness.consolidation.store import EpisodeRows, consolidated_ids, insert_rows, replace_episodes_rows
 from evoharness.envs.alfworld.catalog import GameCatalog
 from evoharness.envs.pool import EnvPool, EnvWorkerError
@@ -122,7 +139,12 @@ def consolidate(
         banks.ensure_seed(wh)
         bank = banks.load_bank(wh, config.bank_id, config.bank_version)
         done = set() if config.reconsolidate else consolidated_ids(wh, config.teacher, consolidator.name)
-        episodes = load_source_episodes(wh, config.teacher, config.splits, config.modes, done, config.limit)
+        planned = source_rows(wh, config.teacher, config.splits, config.modes, config.limit)
+        batch_ids = pending_batches([row[0] for row in planned], done, config.batch_size)
+        pending = {i for batch in batch_ids for i in batch}
+        by_id = {e.episode_id: e for e in load_source_episodes(wh, [r for r in planned if r[0] in pending])}
+        batches = [[by_id[i] for i in batch] for batch in batch_ids]
+        episodes = [e for batch in batches for e in batch]
         contributed = banks.contributed_episodes(wh, config.bank_id)
         with wh.transaction():
             insert_rows(wh, "consolidation_runs", [{
@@ -133,37 +155,47 @@ def consolidate(
                 "started_at": datetime.now(UTC), "code_version": code_version(), "run_id": run_id,
             }])
     result = ConsolidationResult(crun, planned=len(episodes), consolidated=0, failed=0)
-    outcomes: list[EpisodeOutcome] = []
+    annotations: list[Annotation] = []
     if episodes:
-        outcomes = asyncio.run(_run_batches(config, db_path, consolidator, crun, engine, bank, episodes,
+        annotations = asyncio.run(_run_batches(config, db_path, consolidator, crun, engine, bank, batches,
                                             contributed, result, on_progress))
     result.seconds = time.perf_counter() - started
-    calls = [o.annotation for o in outcomes] + result.editor_calls
+    calls: list[Annotation | EditorResult] = [*annotations, *result.editor_calls]
     result.input_tokens = _sum([c.input_tokens for c in calls])
     result.output_tokens = _sum([c.output_tokens for c in calls])
     result.cost_usd = _sum([c.cost_usd for c in calls])
     with Warehouse(db_path) as wh, wh.transaction():
-        wh.con.execute(
-            "UPDATE consolidation_runs SET n_consolidated = ?, n_failed = ?, input_tokens = ?, output_tokens = ?,"
-            " cost_usd = ?, finished_at = ?, new_bank_version = ? WHERE consolidation_run_id = ?",
-            [result.consolidated, result.failed, result.input_tokens, result.output_tokens, result.cost_usd,
-             datetime.now(UTC), result.bank_versions[-1] if result.bank_versions else None, crun],
-        )
+        wh.execute("consolidation_run_finish", n_consolidated=result.consolidated, n_failed=result.failed,
+                   input_tokens=result.input_tokens, output_tokens=result.output_tokens, cost_usd=result.cost_usd,
+                   finished_at=datetime.now(UTC), consolidation_run_id=crun,
+                   new_bank_version=result.bank_versions[-1] if result.bank_versions else None)
     return result
+
+
+@dataclass(frozen=True)
+class BankStep:
+    """A batch's induced bank version, written with the batch's rows."""
+
+    new: ExperienceBankData
+    parent: ExperienceBankData
+    edits: list[Edit]
+    sources: list[str]
 
 
 async def _run_batches(
     config: ConsolidationConfig, db_path: str | Path, consolidator: Consolidator, crun: str, engine: str,
-    bank: ExperienceBankData, episodes: list[SourceEpisode], contributed: set[str], result: ConsolidationResult,
-    on_progress: Callable[[int, int, EpisodeOutcome], None] | None,
-) -> list[EpisodeOutcome]:
+    bank: ExperienceBankData, batches: list[list[SourceEpisode]], contributed: set[str],
+    result: ConsolidationResult, on_progress: Callable[[int, int, EpisodeOutcome], None] | None,
+) -> list[Annotation]:
+    """Consolidate and commit each batch in order; the annotations (their token counts) of every episode.
+    A batch's examples are dropped once committed, so memory stays bounded by one batch."""
     catalog = GameCatalog(config.data_root)
     gate = asyncio.Semaphore(config.concurrency)
-    everything: list[EpisodeOutcome] = []
-    workers = None if config.workers is None else min(config.workers, len(episodes))
+    everything: list[Annotation] = []
+    total = sum(len(batch) for batch in batches)
+    workers = None if config.workers is None else min(config.workers, total)
     with EnvPool(workers=workers, engine=engine, expert=False) as pool:
-        for start in range(0, len(episodes), config.batch_size):
-            batch = episodes[start:start + config.batch_size]
+        for batch in batches:
 
             async def one(ep: SourceEpisode, frozen: ExperienceBankData = bank) -> EpisodeOutcome:
                 async with gate:
@@ -173,23 +205,28 @@ async def _run_batches(
             rows = [EpisodeRows(_episode_row(o, consolidator.name, crun, bank, engine),
                                 *((o.built.examples, o.built.belief_rows, o.built.progress_rows) if o.built else ()))
                     for o in outcomes]
-            with Warehouse(db_path) as wh:
+            step = await _evolve(bank, outcomes, contributed, consolidator, result) if config.evolve_bank else None
+            with Warehouse(db_path) as wh, wh.transaction():
                 replace_episodes_rows(wh, consolidator.name, rows)
+                if step is not None:
+                    banks.write_version(wh, step.new, step.parent, step.edits, step.sources, consolidator.name,
+                                        crun)
+            if step is not None:
+                contributed.update(step.sources)
+                result.bank_versions.append(step.new.version)
+                bank = step.new
             for outcome in outcomes:
                 result.failed += outcome.failure is not None
                 result.consolidated += outcome.failure is None
-                everything.append(outcome)
+                everything.append(outcome.annotation)
                 if on_progress is not None:
-                    on_progress(len(everything), len(episodes), outcome)
-            if config.evolve_bank:
-                bank = await _evolve(db_path, bank, outcomes, contributed, consolidator, crun, result)
+                    on_progress(len(everything), total, outcome)
     return everything
 
 
-async def _evolve(db_path: str | Path, bank: ExperienceBankData, outcomes: list[EpisodeOutcome],
-                  contributed: set[str], consolidator: Consolidator, crun: str,
-                  result: ConsolidationResult) -> ExperienceBankData:
-    """Induce the next version from the batch's train episodes not yet induced; returns the bank to use next.
+async def _evolve(bank: ExperienceBankData, outcomes: list[EpisodeOutcome], contributed: set[str],
+                  consolidator: Consolidator, result: ConsolidationResult) -> BankStep | None:
+    """The next version induced from the batch's train episodes not yet induced (None: nothing to change).
 
     A consolidator with a ``bank_editor`` (the LLM one) turns the batch's lessons into edits itself; if its
     answers stay invalid, the rule-based lesson edits are used and the failure is logged as a SKIP edit.
@@ -202,7 +239,7 @@ async def _evolve(db_path: str | Path, bank: ExperienceBankData, outcomes: list[
         if o.built is not None and o.episode.split == "train" and o.episode.episode_id not in contributed
     ]
     if not evidence:
-        return bank
+        return None
     usage: dict[str, int] = {}
     for item in evidence:
         for entry_id, used in item.digest.usage.items():
@@ -222,10 +259,5 @@ async def _evolve(db_path: str | Path, bank: ExperienceBankData, outcomes: list[
     new, edits = evolve(bank, evidence, usage, lesson_edits)
     edits = editor_failure + edits
     if not [e for e in edits if e.op != "SKIP"] and not usage:
-        return bank
-    sources = [item.episode_id for item in evidence]
-    with Warehouse(db_path) as wh:
-        banks.write_version(wh, new, bank, edits, sources, consolidator.name, crun)
-    contributed.update(sources)
-    result.bank_versions.append(new.version)
-    return new
+        return None
+    return BankStep(new, bank, edits, [item.episode_id for item in evidence])

@@ -45,22 +45,27 @@ class SourceEpisode:
         return [s.argument for s in self.steps if s.kind == "note" and s.argument]
 
 
-def load_source_episodes(
-    wh: Warehouse, teacher: str, splits: tuple[str, ...], modes: tuple[str, ...], exclude: set[str] | None = None,
-    limit: int | None = None,
-) -> list[SourceEpisode]:
-    """Finished episodes of ``teacher`` on ``splits`` in ``modes`` (ordered by game, mode, seed)."""
+def source_rows(wh: Warehouse, teacher: str, splits: tuple[str, ...], modes: tuple[str, ...],
+                limit: int | None = None) -> list[tuple]:
+    """The first ``limit`` finished episodes of ``teacher`` on ``splits`` in ``modes`` (ordered by game, mode,
+    seed, id: a total order, so batch boundaries drawn over it are the same in every run), without steps.
+
+    ``limit`` counts from the start of that order whether or not an episode is already consolidated, so a rerun
+    with the same ``limit`` plans the same episodes."""
     _, rows = wh.query("consolidation_source_episodes", teacher=teacher, splits=list(splits), modes=list(modes))
-    skip = exclude or set()
-    chosen = [row for row in rows if row[0] not in skip][:limit]
-    if not chosen:
+    return rows[:limit]
+
+
+def load_source_episodes(wh: Warehouse, rows: list[tuple]) -> list[SourceEpisode]:
+    """The episodes of ``rows`` (from :func:`source_rows`) with their steps, in the same order."""
+    if not rows:
         return []
-    ids = [row[0] for row in chosen]
+    ids = [row[0] for row in rows]
     _, step_rows = wh.query("consolidation_source_steps", episode_ids=ids)
     by_episode: dict[str, list[SourceStep]] = {}
     for episode_id, *fields in step_rows:
         by_episode.setdefault(episode_id, []).append(SourceStep(*fields))
     return [
         SourceEpisode(*row, steps=tuple(by_episode.get(row[0], ())))  # type: ignore[misc]
-        for row in chosen
+        for row in rows
     ]

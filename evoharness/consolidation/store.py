@@ -34,7 +34,7 @@ class EpisodeRows:
 
 
 def replace_episodes_rows(wh: Warehouse, consolidator: str, episodes: Sequence[EpisodeRows]) -> None:
-    """Replace the consolidation by ``consolidator`` of a batch of episodes, atomically.
+    """Replace the consolidation by ``consolidator`` of a batch of episodes; call inside ``wh.transaction()``.
 
     One DELETE per table for the whole batch (a semi-join on the batch's ids) and one bulk insert per table:
     per-episode deletes scan the table once per episode, which grows quadratically at 50,000 episodes.
@@ -42,23 +42,17 @@ def replace_episodes_rows(wh: Warehouse, consolidator: str, episodes: Sequence[E
     if not episodes:
         return
     ids = pa.table({"episode_id": [e.episode["episode_id"] for e in episodes]})
-    with wh.transaction():
-        wh.con.register("_batch_ids", ids)
-        try:
-            for table in ("bpe_examples", "belief_checks", "progress_checks", "consolidated_episodes"):
-                wh.con.execute(f"DELETE FROM {table} WHERE consolidator = ? AND episode_id IN "
-                               "(SELECT episode_id FROM _batch_ids)", [consolidator])
-        finally:
-            wh.con.unregister("_batch_ids")
-        insert_rows(wh, "consolidated_episodes", [e.episode for e in episodes])
-        insert_rows(wh, "bpe_examples", [row for e in episodes for row in e.examples])
-        insert_rows(wh, "belief_checks", [row for e in episodes for row in e.belief_checks])
-        insert_rows(wh, "progress_checks", [row for e in episodes for row in e.progress_checks])
+    wh.con.register("_batch_ids", ids)
+    try:
+        wh.execute("consolidation_delete_batch", consolidator=consolidator)
+    finally:
+        wh.con.unregister("_batch_ids")
+    insert_rows(wh, "consolidated_episodes", [e.episode for e in episodes])
+    insert_rows(wh, "bpe_examples", [row for e in episodes for row in e.examples])
+    insert_rows(wh, "belief_checks", [row for e in episodes for row in e.belief_checks])
+    insert_rows(wh, "progress_checks", [row for e in episodes for row in e.progress_checks])
 
 
 def consolidated_ids(wh: Warehouse, teacher: str, consolidator: str) -> set[str]:
-    rows = wh.con.execute(
-        "SELECT episode_id FROM consolidated_episodes WHERE teacher = ? AND consolidator = ? AND status = 'ok'",
-        [teacher, consolidator],
-    ).fetchall()
+    _, rows = wh.query("consolidated_episode_ids", teacher=teacher, consolidator=consolidator)
     return {row[0] for row in rows}
