@@ -21,7 +21,7 @@ def test_demo_materializes_the_whole_graph(tmp_path: Path, alfworld_data: Path) 
                           capture_output=True,
                           text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "distill_teacher (expert, 24 games → SFT → GRPO): ok" in done.stdout
+    assert "distill_teacher (expert, 24 games → SFT → curriculum → GRPO): ok" in done.stdout
     assert "FAILED" not in done.stdout
     with duckdb.connect(str(tmp_path / "demo.duckdb"), read_only=True) as con:
         stages = con.execute("SELECT stage, count(*) FROM model_versions GROUP BY 1 ORDER BY 1").fetchall()

@@ -365,6 +365,7 @@ KILLED_RUN = """
 import sys, time
 from evoharness.training.fixed_rollouts import FixedRollouts
 from evoharness.training.grpo import train_grpo
+from evoharness.training.grpo_config import GRPOSettings
 settings = GRPOSettings.model_validate_json(sys.argv[3])
 train_grpo(sys.argv[1], sys.argv[2], settings, rollouts=FixedRollouts.load(sys.argv[4]),
            on_log=lambda logs, step, total: time.sleep(2))  # slow enough to be killed between checkpoints
