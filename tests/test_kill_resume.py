@@ -173,17 +173,19 @@ def _run(stage: Stage, folder: Path, version: str | None, timeout: float = 600) 
     return seconds, first_write if first_write is not None else 0.3 * seconds
 
 
-def _kill_after(stage: Stage, folder: Path, version: str | None, delay: float) -> bool:
-    """Start ``stage`` and SIGKILL its process group after ``delay`` s; False when it had already finished."""
+def _kill_after(stage: Stage, folder: Path, version: str | None, delay: float) -> float | None:
+    """Start ``stage`` and SIGKILL its process group after ``delay`` s; None when killed, else the seconds it took
+    to finish first."""
+    started = time.monotonic()
     proc = subprocess.Popen(_argv(stage, folder, version), env=_env(folder), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         proc.wait(timeout=delay)
-        return False
+        return time.monotonic() - started
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        return True
+        return None
 
 
 def _copy_state(source: Path, target: Path) -> Path:
@@ -328,15 +330,15 @@ def test_killed_and_rerun_equals_uninterrupted(chain: Chain, tmp_path: Path, nam
     rng = random.Random(f"{name}-{seed}")
     seconds, first_write = chain.seconds[name]
     delay = rng.uniform(min(first_write, KILL_END * seconds), KILL_END * seconds)
-    killed = _kill_after(stage, folder, version, delay)
-    for _ in range(3):  # finished before the delay (a quieter machine): start again from the input, kill sooner
-        if killed:
+    finished = _kill_after(stage, folder, version, delay)
+    for _ in range(3):  # it finished first (the machine got quicker): again from the input, the delay scaled
+        if finished is None:
             break
         shutil.rmtree(folder)
         _copy_state(chain.input_of(stage), folder)
-        delay = (min(first_write, delay) + delay) / 2
-        killed = _kill_after(stage, folder, version, delay)
-    assert killed, f"{name} always finished before the kill; nothing was interrupted"
+        delay *= 0.9 * finished / seconds
+        finished = _kill_after(stage, folder, version, delay)
+    assert finished is None, f"{name} always finished before the kill; nothing was interrupted"
     partial = state(folder)
     written = sorted(t for t in stage.owns if partial.get(t) != before.get(t)) or "none"
     print(f"{name}: killed after {delay:.1f}s (reference: {seconds:.1f}s, first write at {first_write:.1f}s); "
