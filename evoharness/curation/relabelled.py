@@ -79,7 +79,7 @@ def curate_relabelled(wh: Warehouse, base_dataset_id: str, model_version: str, r
         dropped["examples over max_tokens"] += int(over.sum())
     examples = pl.concat([base_rows, labelled.filter(~over)]).sort("episode_id", "turn")
     config = base_config.model_copy(update={"name": f"{name}.relabel", "output_dir": output_dir})
-    episodes = examples.select("episode_id", "task_type", "source_mode").unique()
+    episodes = examples.select("episode_id", "task_type", "source_mode").unique(maintain_order=True)
     provenance = {"base_dataset_id": base_dataset_id, "relabelled_by": model_version,
                   "labelled_turns": labels.height, "student_agreed_with_expert": int(labels["agreed"].sum())}
     return record_dataset(wh, config, run_id, examples, episodes, dict(dropped), provenance)
