@@ -113,9 +113,10 @@ def bpe_examples(
     return dg.MaterializeResult(metadata=metadata)
 
 
-@dg.asset_check(asset=bpe_examples, blocking=True,
+@dg.asset_check(asset=bpe_examples, blocking=True, retry_policy=WAREHOUSE_RETRY,
                 description="Belief precision/recall, Progress validity, parse validity and coverage of the latest "
                             "consolidation of this teacher are at or above QualityThresholds.")
+@one_line_failures
 def bpe_examples_quality(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource) -> dg.AssetCheckResult:
     teacher = context.partition_key if context.has_partition_key else "expert"
     thresholds = QualityThresholds()

@@ -81,9 +81,10 @@ def sft_dataset(context: dg.AssetExecutionContext, config: CurationRunConfig,
     return dg.MaterializeResult(metadata=metadata)
 
 
-@dg.asset_check(asset=sft_dataset, blocking=True,
+@dg.asset_check(asset=sft_dataset, blocking=True, retry_policy=WAREHOUSE_RETRY,
                 description="No game of valid_seen or valid_unseen is in the dataset (read back from disk and "
                             "from dataset_games, both checked against the games table).")
+@one_line_failures
 def sft_dataset_no_eval_games(context: dg.AssetCheckExecutionContext,
                               warehouse: WarehouseResource) -> dg.AssetCheckResult:
     import datasets

@@ -128,8 +128,10 @@ def teacher_episodes(
     return dg.MaterializeResult(metadata=metadata)
 
 
-@dg.asset_check(asset=teacher_episodes, blocking=True, description="Every episode has steps; no step after done; "
-                "won episodes end with done; no failed episode is stored as won.")
+@dg.asset_check(asset=teacher_episodes, blocking=True, retry_policy=WAREHOUSE_RETRY,
+                description="Every episode has steps; no step after done; won episodes end with done; no failed "
+                            "episode is stored as won.")
+@one_line_failures
 def teacher_episodes_integrity(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource
                                ) -> dg.AssetCheckResult:
     teachers = [context.partition_key] if context.has_partition_key else None

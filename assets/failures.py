@@ -4,7 +4,8 @@
 under ``@dg.asset``) turn what :func:`evoharness.errors.known_failure_line` knows (unknown ids, migration
 drift, a warehouse locked past its wait, a corrupt artefact folder, invalid settings) into ``dagster.Failure``
 with that line as its description. Any other exception is a bug and keeps its traceback. Only a warehouse
-that could not be opened may be retried by a retry policy (a lock can clear); the others need a fix first.
+held by another process past the wait may be retried by a retry policy (a lock clears); the others (a folder
+where the file should be, a file that is not DuckDB, drift) need a fix first.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import ParamSpec, TypeVar
 import dagster as dg
 
 from evoharness.errors import known_failure_line
-from warehouse import WarehouseOpenError
+from warehouse import WarehouseLockedError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -32,7 +33,7 @@ def known_failures() -> Iterator[None]:
         line = known_failure_line(exc)
         if line is None or isinstance(exc, dg.Failure):
             raise
-        raise dg.Failure(description=line, allow_retries=isinstance(exc, WarehouseOpenError)) from None
+        raise dg.Failure(description=line, allow_retries=isinstance(exc, WarehouseLockedError)) from None
 
 
 def one_line_failures(function: Callable[P, R]) -> Callable[P, R]:

@@ -34,6 +34,7 @@ from evoharness.collection import CollectionConfig, collect
 from evoharness.consolidation.config import ConsolidationConfig
 from evoharness.consolidation.pipeline import consolidate
 from evoharness.consolidation.rules import RuleConsolidator
+from evoharness.consolidation.source import source_rows
 from evoharness.curation.build import curate
 from evoharness.curation.config import CurationConfig
 from warehouse import Warehouse
@@ -66,15 +67,23 @@ def phase_collect(db: Path, games: int, seeds: int, chunk_games: int) -> dict[st
 
 
 def phase_consolidate(db: Path, chunk: int, follow: int | None = None) -> dict[str, Any]:
-    """Rule consolidation of every stored train episode, ``chunk`` episodes per run (memory stays bounded).
-    With ``follow``, it runs beside a collection: when it has caught up it waits (not timed) for more episodes
-    until ``follow`` are consolidated or nothing new arrives for 10 minutes."""
+    """Rule consolidation of every stored train episode, at most ``chunk`` episodes per run (memory stays
+    bounded): each run takes the first ``window`` episodes in game order (consolidation's ``limit``) and the
+    window grows by ``chunk`` per run. With ``follow``, it runs beside a collection: when it has caught up it
+    waits (not timed) for more episodes until ``follow`` are consolidated or nothing new arrives for 10 minutes."""
     done = seconds = 0.0
     runs = idle = 0
+    window = chunk
     while True:
-        config = ConsolidationConfig(engine="fast", workers=0, limit=chunk, batch_size=500)
+        config = ConsolidationConfig(engine="fast", workers=0, limit=window, batch_size=500)
+        with Warehouse(db, read_only=True) as wh:
+            stored = len(source_rows(wh, config.teacher, config.splits, config.modes))
         result = consolidate(config, db, RuleConsolidator(), f"data-scale-consolidate-{runs}")
+        if window < stored:
+            window += chunk
         if result.planned == 0:
+            if window < stored:
+                continue
             if follow is None or done >= follow or idle >= 20:
                 break
             idle += 1

@@ -184,8 +184,12 @@ class EpisodeWriter:
 
     The warehouse file is held while writes are queued and released as soon as the queue drains, so other
     processes (a consolidation, an audit) get the file between bursts without paying a reconnect (and a
-    DuckDB checkpoint) per episode.
+    DuckDB checkpoint) per episode. A queue that never drains (a fast teacher) gives the file up after
+    :data:`MAX_HOLD_S` for :data:`YIELD_S`, longer than a waiting process polls, so that it gets its turn.
     """
+
+    MAX_HOLD_S = 2.0
+    YIELD_S = 0.6  # > the 0.5 s a waiting Warehouse polls at
 
     def __init__(self, warehouse: Warehouse, run_id: str, code_version: str, model_version: str | None = None,
                  policy_kind: PolicyKind = "teacher") -> None:
@@ -194,6 +198,7 @@ class EpisodeWriter:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="warehouse-writer")
         self._queued = 0
         self._lock = threading.Lock()
+        self._held_since: float | None = None
 
     async def write(self, record: EpisodeRecord) -> bool:
         """Store ``record``; False when a finished episode with its key was already stored."""
@@ -209,8 +214,13 @@ class EpisodeWriter:
             with self._lock:
                 self._queued -= 1
                 drained = self._queued == 0
-            if drained:
+            self._held_since = self._held_since or time.monotonic()  # connected by this write (or held before)
+            held_too_long = time.monotonic() - self._held_since > self.MAX_HOLD_S
+            if drained or held_too_long:
                 self.warehouse.release()
+                self._held_since = None
+            if held_too_long and not drained:
+                time.sleep(self.YIELD_S)
 
     def __enter__(self) -> Self:
         return self

@@ -592,3 +592,20 @@ def test_a_truncated_dataset_is_one_line_and_curate_rebuilds_it(env: dict[str, s
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert f"{dataset.dataset_id} at {dataset.path}" in rebuilt.stdout  # the same dataset, in place
     assert verify_artifact(dataset.path, "dataset") == Path(dataset.path)
+
+
+def test_dagster_steps_retry_only_a_locked_warehouse() -> None:
+    """A lock clears, so a retry policy may retry it; a warehouse path that is not a DuckDB file never will."""
+    import dagster as dg
+
+    from assets.failures import known_failures
+    from warehouse import WarehouseLockedError, WarehouseOpenError
+
+    outcomes = {}
+    for name, error in [("locked", WarehouseLockedError("warehouse /w.duckdb is in use (waited 120s)")),
+                        ("not duckdb", WarehouseOpenError("/w.duckdb is not a DuckDB file"))]:
+        with pytest.raises(dg.Failure) as failed, known_failures():
+            raise error
+        outcomes[name] = (failed.value.allow_retries, failed.value.description)
+    assert outcomes == {"locked": (True, "warehouse /w.duckdb is in use (waited 120s)"),
+                        "not duckdb": (False, "/w.duckdb is not a DuckDB file")}

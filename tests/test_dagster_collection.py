@@ -23,6 +23,17 @@ def test_definitions_load() -> None:
     assert {"alfworld_games", "teacher_episodes"} <= keys
 
 
+def test_every_step_retries_a_locked_warehouse() -> None:
+    """Every asset and asset check reads or writes the warehouse, so each may meet another run's lock: each is
+    retried (only that failure allows retries: assets/failures.py)."""
+    from pipelines.instance import WAREHOUSE_RETRY
+
+    repo = defs.get_repository_def()
+    steps = {node.name: node.retry_policy for job in repo.get_all_jobs() for node in job.graph.node_defs}
+    assert {"alfworld_games", "teacher_episodes_teacher_episodes_integrity", "grpo_curriculum"} <= steps.keys()
+    assert {name for name, policy in steps.items() if policy != WAREHOUSE_RETRY} == set()
+
+
 def test_materialize_games_and_expert_episodes(tmp_path: Path, alfworld_data: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path / "dagster_home"

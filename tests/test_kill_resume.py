@@ -60,7 +60,7 @@ from safetensors.numpy import load_file
 from tests.conftest import subprocess_env
 from warehouse import Warehouse
 
-pytestmark = pytest.mark.kill  # python -m pytest -m kill; not in .ci/run until its known differences are fixed
+pytestmark = pytest.mark.kill  # python -m pytest -m kill (minutes: .ci/run runs it after the slow tests)
 
 KILL_END = 0.95
 """The latest kill, as a fraction of the reference run's wall time."""

@@ -61,6 +61,12 @@ def test_relabelled_dataset_is_the_base_plus_the_labelled_states(relabelled: tup
         config = wh.scalar("SELECT config->>'base_dataset_id' FROM datasets WHERE dataset_id = ?",
                            [result.dataset_id])
         again = curate_relabelled(wh, base_id, model_version, "relabel-again")
+        # a resumed relabelling: one episode's labels collected by another run are the same content
+        first = wh.scalar("SELECT min(episode_id) FROM expert_labels WHERE model_version = ?", [model_version])
+        wh.con.execute("UPDATE episodes SET run_id = run_id || '-resumed' WHERE episode_id = ?", [first])
+        resumed = curate_relabelled(wh, base_id, model_version, "relabel-resumed")
+        wh.con.execute("UPDATE episodes SET run_id = replace(run_id, '-resumed', '') WHERE episode_id = ?",
+                       [first])
         collected = collect_expert_labels(wh, RelabelConfig(model_version=model_version, **RELABEL), "again")
     assert labelled > 0 and result.n_train == base_train + labelled
     assert config == base_id
@@ -68,6 +74,7 @@ def test_relabelled_dataset_is_the_base_plus_the_labelled_states(relabelled: tup
     assert sorted(set(on_disk["consolidator"])) == [LABEL_CONSOLIDATOR, "rule"]
     assert all(row["turn_vars"] for row in on_disk)  # every example re-renders in the student's prompt set
     assert again.reused and again.dataset_id == result.dataset_id
+    assert resumed.reused and resumed.dataset_id == result.dataset_id
     assert collected.skipped == 2 and not collected.records  # a rerun resumes: nothing is played twice
 
 

@@ -186,6 +186,26 @@ def test_a_checkpoint_cut_short_by_a_kill_is_not_resumed_from(tmp_path: Path) ->
     assert newest_checkpoint(tmp_path / "absent") is None
 
 
+def test_a_run_killed_after_its_last_checkpoint_is_finished_from_it_without_another_step(
+        curated: tuple[Path, str], tmp_path: Path) -> None:
+    """The final checkpoint is written before the model folder: a rerun after a kill between the two loads it
+    (the Trainer, resumed there, would train one step past ``max_steps``)."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
+    settings = tiny_sft_settings(max_steps=4, logging_steps=1, save_steps=2)
+    first = train_sft(curated[1], tmp_path, settings)
+    weights = load_file(Path(first.model_dir) / "model.safetensors")
+    shutil.rmtree(first.model_dir)
+    again = train_sft(curated[1], tmp_path, settings)
+    assert (first.steps, again.steps) == (4, 4) and again.tokens_seen == first.tokens_seen
+    assert again.loss_history == first.loss_history
+    resumed = load_file(Path(again.model_dir) / "model.safetensors")
+    assert all(torch.equal(weights[name], resumed[name]) for name in weights)
+
+
 @pytest.mark.parametrize(("batch", "per_device", "processes", "layout"),
                          [(16, 16, 1, (16, 1)), (16, 16, 2, (8, 1)), (16, 4, 2, (4, 2)), (16, 4, 1, (4, 4)),
                           (4, 8, 1, (4, 1))])

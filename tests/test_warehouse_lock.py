@@ -55,3 +55,41 @@ def test_the_wait_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv(LOCK_WAIT_ENV, "soon")
     with pytest.raises(WarehouseOpenError, match=f"{LOCK_WAIT_ENV}='soon' is not a number"):
         default_lock_wait_s()
+
+
+def test_a_writer_that_never_drains_its_queue_still_lets_another_process_in(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fast teacher keeps the episode queue full for minutes; another process waiting for the file gets it
+    within the writer's hold limit, not when the collection ends."""
+    import asyncio
+    import time
+
+    from evoharness import collection
+
+    db = tmp_path / "w.duckdb"
+    wh = Warehouse(db)
+    monkeypatch.setattr(collection, "episode_row", lambda *args: {})
+    monkeypatch.setattr(collection, "step_rows", lambda record: [])
+
+    def write_episode(row: dict, steps: list) -> bool:  # a real write's hold of the file, 10 s in all
+        wh.con.execute("SELECT count(*) FROM schema_version").fetchall()
+        time.sleep(0.05)
+        return True
+
+    monkeypatch.setattr(wh, "write_episode", write_episode)
+    opener = ("import sys, time\nfrom warehouse import Warehouse\nstarted = time.monotonic()\n"
+              "Warehouse(sys.argv[1], lock_wait_s=float(sys.argv[2])).close()\nprint(time.monotonic() - started)\n")
+
+    async def write_all() -> None:
+        with collection.EpisodeWriter(wh, "run", "code") as writer:
+            await asyncio.gather(*(writer.write(None) for _ in range(200)))  # type: ignore[arg-type]
+
+    writing = threading.Thread(target=asyncio.run, args=(write_all(),))
+    writing.start()
+    time.sleep(0.5)
+    waited = subprocess.run([sys.executable, "-c", opener, str(db), "6"], check=False, capture_output=True, text=True,
+                            cwd=Path(__file__).parents[1])
+    writing.join()
+    wh.close()
+    assert waited.returncode == 0, waited.stderr.splitlines()[-1:]
+    assert float(waited.stdout) < 6

@@ -103,8 +103,12 @@ def record_dataset(wh: Warehouse, config: CurationConfig, run_id: str, examples:
     ``provenance`` (a derived dataset's inputs, e.g. its base dataset) is recorded with the config. A stored
     dataset whose folder fails verification (:func:`evoharness.artifacts.verify_artifact`) is rebuilt in
     place, under its id."""
-    # the consolidation run is part of an example's identity: a reconsolidated episode is new content
-    keys = examples.select("episode_id", "turn", "consolidation_run_id").sort("episode_id", "turn").rows()
+    # the consolidation run is part of a consolidated example's identity (a reconsolidated episode is new
+    # content); a relabelled turn is its label, whichever run collected it (a resumed relabelling is two runs)
+    identity = (pl.when(pl.col("source_mode") == "relabel")
+                .then(pl.lit("label:") + pl.col("messages").list.last().struct.field("content"))
+                .otherwise(pl.col("consolidation_run_id")))
+    keys = examples.select("episode_id", "turn", identity.alias("identity")).sort("episode_id", "turn").rows()
     recorded_config = config.model_dump(mode="json") | (provenance or {})
     content_sha = hashlib.sha256(json.dumps([[list(k) for k in keys], {
         k: v for k, v in recorded_config.items() if k != "output_dir"}]).encode()).hexdigest()

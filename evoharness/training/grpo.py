@@ -27,7 +27,7 @@ from evoharness.training.grpo_trainer import EpisodeGRPOTrainer, RolloutSource
 from evoharness.training.reward import reward_functions
 from evoharness.training.rollout import RolloutEngine
 from evoharness.training.student_card import read_student_card, student_prompt_set, write_student_card
-from evoharness.training.trainer_utils import LogCallback, newest_checkpoint, route_logs, save_trained
+from evoharness.training.trainer_utils import LogCallback, route_logs, save_trained, train_resumed
 
 
 @dataclass
@@ -72,7 +72,7 @@ def train_grpo(model_path: str, output_dir: str | Path, settings: GRPOSettings, 
     route_logs(trainer, on_log)
     started = time.perf_counter()
     try:
-        trainer.train(resume_from_checkpoint=newest_checkpoint(output / "checkpoints"))
+        train_resumed(trainer, output / "checkpoints")
     finally:
         rollouts.close()
     seconds = time.perf_counter() - started

@@ -32,9 +32,9 @@ from evoharness.training.student_card import write_student_card
 from evoharness.training.tiny_student import build_tiny_student, is_local_preset
 from evoharness.training.trainer_utils import (
     LogCallback,
-    newest_checkpoint,
     route_logs,
     save_trained,
+    train_resumed,
 )
 
 
@@ -197,7 +197,7 @@ def train_sft(dataset_path: str, output_dir: str | Path, settings: SFTSettings,
         trainer.add_callback(decision_callback(decisions))
     started = time.perf_counter()
     checkpoints = Path(config.output_dir or output / "checkpoints")
-    trainer.train(resume_from_checkpoint=newest_checkpoint(checkpoints))
+    train_resumed(trainer, checkpoints)
     seconds = time.perf_counter() - started
     if validation is not None and not any(h.get("step") == trainer.state.global_step and "eval_loss" in h
                                           for h in trainer.state.log_history):

@@ -94,6 +94,22 @@ def save_trained(trainer: Any, tokenizer: Any, model_dir: Path, merged_lora: boo
     return trained
 
 
+def train_resumed(trainer: Any, checkpoints: Path) -> None:
+    """``trainer.train()`` from the newest complete checkpoint in ``checkpoints`` (from the start if none).
+
+    A checkpoint already at its run's last step (a kill after the final checkpoint, before the model was saved)
+    is loaded, not trained on: the Trainer would run one more step past ``max_steps`` from it."""
+    checkpoint = newest_checkpoint(checkpoints)
+    state = json.loads((Path(checkpoint) / "trainer_state.json").read_text()) if checkpoint else {}
+    if checkpoint is None or state["global_step"] < state.get("max_steps", 0):
+        trainer.train(resume_from_checkpoint=checkpoint)
+        return
+    from transformers import TrainerState
+
+    trainer._load_from_checkpoint(checkpoint)  # the weights (or adapters), as train() would resume them
+    trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / "trainer_state.json"))
+
+
 def newest_checkpoint(folder: Path) -> str | None:
     """The newest complete ``checkpoint-N`` in ``folder``, or None. The Trainer writes ``trainer_state.json``
     last, so a run killed while saving leaves a checkpoint without it, or with it empty (killed between opening
