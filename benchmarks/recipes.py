@@ -10,7 +10,10 @@ the ``students`` resource's, here ``--recipe`` through ``$EVOHARNESS_RECIPE``), 
 each new model version. ``--via cli`` runs the same stages as ``evoharness`` commands. Training runs under
 ``$EVOHARNESS_TRAIN_LAUNCH`` (Dagster) or ``--launch`` (CLI): for two CPU processes set ``ACCELERATE_USE_CPU=true``
 and ``accelerate launch --config_file configs/accelerate/multi_cpu.yaml``. Every stage resumes where it stopped, so
-rerunning the command after a kill continues the run; ``wall_seconds`` are then of the last attempt.
+rerunning the command after a kill continues the run. Through Dagster, ``wall_seconds`` then add up every attempt
+(each run of the job for the teacher or version in the instance's event log, from its first to its last event,
+so give each recipe run its own warehouse folder), and ``attempts`` lists them; through the CLI they are of the
+last attempt.
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ SPLITS = ("dev", "valid_seen", "valid_unseen")
 DISTILL_STEPS = ("teacher_episodes", "bpe_examples", "sft_dataset", "sft_student", "grpo_curriculum", "grpo_student")
 
 
-def via_dagster(teacher: str) -> tuple[dict[str, str], dict[str, float]]:
-    """Materialize ``distill_teacher`` for ``teacher``; (model versions by stage, wall seconds by asset)."""
+def via_dagster(teacher: str) -> tuple[dict[str, str], dict[str, float], list[dict[str, Any]]]:
+    """Materialize ``distill_teacher`` for ``teacher``; (model versions by stage, wall seconds by asset over every
+    attempt, the attempts)."""
     import dagster as dg
 
     from pipelines.definitions import defs
@@ -44,43 +48,57 @@ def via_dagster(teacher: str) -> tuple[dict[str, str], dict[str, float]]:
     with dg.DagsterInstance.get() as instance:
         register_teachers(instance, (teacher,))
         result = defs.get_job_def("distill_teacher").execute_in_process(instance=instance, partition_key=teacher)
-        seconds = step_seconds(instance, result.run_id)
+        seconds, attempts = attempt_seconds(instance, "distill_teacher", teacher)
         versions = {stage: str(result.asset_materializations_for_node(node)[-1].metadata["model_version"].value)
                     for stage, node in (("sft", "sft_student"), ("grpo", "grpo_student"))}
-    return versions, seconds
+    return versions, seconds, attempts
 
 
-def step_seconds(instance: Any, run_id: str) -> dict[str, float]:
-    """Wall seconds of each step of a run, from its event log (step start to step success)."""
+def attempt_seconds(instance: Any, job: str, partition: str) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """Wall seconds of every run of ``job`` for ``partition`` in the event log, added up: by step (its start to
+    its last event: success, failure, or where a killed run stopped) and ``total`` (each run's first to last
+    event); and one entry per run (id, status, seconds)."""
     import dagster as dg
 
-    started: dict[str, float] = {}
     seconds: dict[str, float] = {}
-    for record in instance.all_logs(run_id):
-        event = record.dagster_event
-        if event is None or event.step_key is None:
-            continue
-        if event.event_type == dg.DagsterEventType.STEP_START:
-            started[event.step_key] = record.timestamp
-        elif event.event_type == dg.DagsterEventType.STEP_SUCCESS and event.step_key in started:
-            seconds[event.step_key] = round(record.timestamp - started[event.step_key], 1)
-    return seconds
+    attempts = []
+    records = instance.get_run_records(dg.RunsFilter(job_name=job, tags={"dagster/partition": partition}))
+    for record in sorted(records, key=lambda r: r.create_timestamp):
+        started: dict[str, float] = {}
+        last: dict[str, float] = {}
+        times = []
+        for entry in instance.all_logs(record.dagster_run.run_id):
+            times.append(entry.timestamp)
+            event = entry.dagster_event
+            if event is None or event.step_key is None:
+                continue
+            if event.event_type == dg.DagsterEventType.STEP_START:
+                started[event.step_key] = entry.timestamp
+            last[event.step_key] = entry.timestamp
+        for step, start in started.items():
+            seconds[step] = round(seconds.get(step, 0.0) + last[step] - start, 1)
+        ran = round(max(times) - min(times), 1) if times else 0.0
+        attempts.append({"run_id": record.dagster_run.run_id, "status": record.dagster_run.status.value,
+                         "seconds": ran})
+    seconds["total"] = round(sum(a["seconds"] for a in attempts), 1)
+    return seconds, attempts
 
 
-def evaluate_via_dagster(version: str, splits: list[str]) -> float:
-    """Play ``version`` on ``splits`` through ``evaluate_student_job``; wall seconds."""
+def evaluate_via_dagster(version: str, splits: list[str]) -> tuple[float, list[dict[str, Any]]]:
+    """Play ``version`` on ``splits`` through ``evaluate_student_job``; (wall seconds over every attempt, the
+    attempts)."""
     import dagster as dg
 
     from pipelines.definitions import defs
     from pipelines.partitions import register_model_version
 
-    started = time.perf_counter()
     with dg.DagsterInstance.get() as instance:
         register_model_version(instance, version)
         config = {"ops": {"student_evaluation": {"config": {"splits": splits}}}}
         defs.get_job_def("evaluate_student").execute_in_process(instance=instance, partition_key=version,
                                                                run_config=config)
-    return round(time.perf_counter() - started, 1)
+        seconds, attempts = attempt_seconds(instance, "evaluate_student", version)
+    return seconds["total"], attempts
 
 
 def run(command: list[str]) -> float:
@@ -127,16 +145,17 @@ def main() -> None:
     os.environ["EVOHARNESS_RECIPE"] = args.recipe
     os.environ.setdefault("DAGSTER_HOME", str(default_db_path().parent / "dagster_home"))
     Path(os.environ["DAGSTER_HOME"]).mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
+    attempts: dict[str, list[dict[str, Any]]] = {}
     if args.via == "dagster":
-        versions, seconds = via_dagster(args.teacher)
+        versions, seconds, attempts["distill_teacher"] = via_dagster(args.teacher)
     else:
+        started = time.perf_counter()
         versions, seconds = via_cli(args.teacher, args.recipe, args.launch)
-    seconds["total"] = round(time.perf_counter() - started, 1)
+        seconds["total"] = round(time.perf_counter() - started, 1)
     played: dict[str, Any] = {}
     for stage, version in versions.items():
         if args.via == "dagster":
-            seconds[f"evaluate_{stage}"] = evaluate_via_dagster(version, args.splits)
+            seconds[f"evaluate_{stage}"], attempts[f"evaluate_{stage}"] = evaluate_via_dagster(version, args.splits)
         else:
             seconds[f"evaluate_{stage}"] = run(["evoharness", "evaluate", "--model-version", version,
                                                 *[part for split in args.splits for part in ("--split", split)]])
@@ -145,7 +164,8 @@ def main() -> None:
            "model_versions": versions, "precision": "bf16" if recipe.sft.bf16 else "fp32",
            "launch": os.environ.get("EVOHARNESS_TRAIN_LAUNCH") if args.via == "dagster" else args.launch,
            **{split: played["grpo"][split] for split in args.splits}, "sft_student": played["sft"],
-           "wall_seconds": seconds, **report.commit(), "command": report.command_line()}
+           "wall_seconds": seconds, **({"attempts": attempts} if attempts else {}), **report.commit(),
+           "command": report.command_line()}
     earlier = json.loads(RESULTS.read_text())["runs"] if RESULTS.is_file() else []
     report.write_report(RESULTS, {"command": "python benchmarks/recipes.py --via dagster|cli --recipe NAME",
                                   "runs": [*earlier, row]})

@@ -122,3 +122,15 @@ def test_terms_are_trl_reward_functions_named_after_the_term(catalog) -> None:
     values = [f(prompts=["g"], completions=["c"], trajectory=[stats], trainer_state=state)[0] for f in functions]
     assert values[2] == pytest.approx(0.0, abs=1e-12)  # annealed away at U epochs
     assert sum(values) == pytest.approx(trajectory_reward(TrajectoryStats(**stats), RewardConfig(), 150.0)["total"])
+
+
+def test_the_harness_call_cost_can_be_annealed_in_over_the_first_steps() -> None:
+    stats = TrajectoryStats(won=True, turns=20, max_steps=70, distinct_verbs=4, repeats=0, invalid=0,
+                            harness_calls=4)
+    ramped = RewardConfig(call_cost=0.1, call_cost_ramp_steps=10)
+    costs = [trajectory_reward(stats, ramped, step=step)["harness_call_cost"] for step in (0, 5, 10, 20)]
+    assert costs == pytest.approx([0.0, -0.2, -0.4, -0.4])
+    assert trajectory_reward(stats, RewardConfig(call_cost=0.1), step=0)["harness_call_cost"] == pytest.approx(-0.4)
+    state = type("State", (), {"epoch": 0.0, "global_step": 5})()  # TRL passes its trainer state
+    (cost,) = reward_functions(ramped)[-1](trajectory=[stats.as_dict()], trainer_state=state)
+    assert cost == pytest.approx(-0.2)

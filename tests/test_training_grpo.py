@@ -208,6 +208,40 @@ def test_guided_runs_draw_the_success_of_the_policy_and_the_guided_episodes_apar
     assert not tiny_grpo_settings(num_generations=4, guided_per_group=1).guided(5)
 
 
+def test_guided_episodes_fade_out_by_the_step_named() -> None:
+    fading = tiny_grpo_settings(num_generations=4, guided_per_group=2, guided_until_step=12)
+    assert [fading.guided_in_group(step) for step in (0, 5, 6, 11, 12, 30)] == [2, 2, 1, 1, 0, 0]
+    assert [fading.guided(position, 6) for position in range(8)] == [True, False, False, False] * 2
+    assert not any(fading.guided(position, 12) for position in range(8))
+    assert tiny_grpo_settings(num_generations=4, guided_per_group=2).guided_in_group(30) == 2
+    with pytest.raises(ValueError, match="set guided_per_group too"):
+        tiny_grpo_settings(guided_until_step=12)
+    with pytest.raises(ValueError, match="set beta > 0"):
+        tiny_grpo_settings(ref_sync_steps=4, beta=0.0)
+
+
+def test_long_run_levers_reach_trls_config_and_name_new_versions_only_when_on(tmp_path: Path) -> None:
+    from evoharness.training.grpo import trl_config
+    from evoharness.training.model_versions import version_id
+    from evoharness.training.reward import RewardConfig
+
+    base = tiny_grpo_settings(beta=0.01)
+    config = trl_config(base.model_copy(update={"ref_sync_steps": 4, "lr_scheduler": "cosine"}), tmp_path)
+    assert (config.sync_ref_model, config.ref_model_sync_steps, config.ref_model_mixup_alpha) == (True, 4, 1.0)
+    assert config.lr_scheduler_type.value == "cosine"
+    default = trl_config(base, tmp_path)
+    assert not default.sync_ref_model and default.lr_scheduler_type.value == "linear"
+    ids = {name: version_id("expert", "grpo", "parent", settings) for name, settings in {
+        "off": base,
+        "fade": base.model_copy(update={"guided_per_group": 1, "guided_until_step": 8}),
+        "refresh": base.model_copy(update={"ref_sync_steps": 4}),
+        "cosine": base.model_copy(update={"lr_scheduler": "cosine"}),
+        "ramp": base.model_copy(update={"reward": RewardConfig(call_cost=0.05, call_cost_ramp_steps=6)}),
+        "flat": base.model_copy(update={"reward": RewardConfig(call_cost=0.05)}),
+    }.items()}
+    assert len(set(ids.values())) == len(ids)  # while off, none is in the id: tests/test_recipes.py pins old ids
+
+
 def test_grpo_version_plays_trains_and_is_reused(curated_db: Path, tmp_path: Path) -> None:
     logs: list[dict[str, float]] = []
     with Warehouse(curated_db) as wh:
@@ -441,3 +475,4 @@ def test_the_kl_check_warns_when_a_run_moved_far_from_its_parent() -> None:
     assert at.kl_check([{"step": 1, "kl": 0.01}, {"step": 12, "kl": 0.36}], limit).passed  # its replicate won more
     unlogged = at.kl_check([{"step": 1}], limit)  # beta 0: TRL logs no KL, so none is reported
     assert unlogged.passed and "peak_kl" not in unlogged.metadata
+

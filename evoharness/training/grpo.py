@@ -130,6 +130,9 @@ def trl_config(settings: GRPOSettings, checkpoints: Path, processes: int = 1) ->
         reward_weights=[1.0] * len(reward_functions(settings.reward)),
         use_vllm=vllm, vllm_mode="server", vllm_server_base_url=settings.vllm_server_url,
         vllm_importance_sampling_correction=False,  # the rollouts' generator does not return sampling logprobs
+        lr_scheduler_type=settings.lr_scheduler or "linear",
+        sync_ref_model=settings.ref_sync_steps is not None, ref_model_mixup_alpha=1.0,
+        ref_model_sync_steps=settings.ref_sync_steps or 512,
     )
 
 

@@ -4,6 +4,7 @@ values. Importing this module imports no torch or TRL."""
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
@@ -64,6 +65,14 @@ class GRPOSettings(BaseModel):
         "Episodes of each group that decode without repeats (as avoid_repeats), the rest as the policy samples: "
         "where the policy loops to a loss and a guided episode of the same game wins, the group's advantages push "
         "up the command the guard chose in place of the repeat and push down the loop. 0: none."))
+    guided_until_step: int | None = Field(default=None, ge=1, description=(
+        "Fade the guided episodes out: guided_per_group at step 0, falling linearly to none at this optimizer "
+        "step, so that the policy's own episodes carry the late steps; None: guided throughout."))
+    ref_sync_steps: int | None = Field(default=None, ge=1, description=(
+        "Refresh the KL reference to the current policy every this many steps (TRL's sync_ref_model with mix-up "
+        "1.0), so that a long run is held near where it is, not where it started; None: the starting model."))
+    lr_scheduler: Literal["linear", "cosine", "constant"] | None = Field(default=None, description=(
+        "The learning rate over the run after warm-up; None: TRL's default, linear decay to 0 at the last step."))
     bf16: bool = Field(default=False, description="bf16 mixed precision in the training passes (GPUs; CPUs with "
                        "bf16 units). Rollouts generate with the weights as stored.")
     gradient_checkpointing: bool = Field(default=True, description="Recompute activations in the backward pass "
@@ -91,10 +100,27 @@ class GRPOSettings(BaseModel):
                              "guides them all)")
         return self
 
-    def guided(self, position: int) -> bool:
-        """Whether the episode at ``position`` in a step's batch (groups of ``num_generations`` in a row) is
-        guided: every one under avoid_repeats, else the first ``guided_per_group`` of each group."""
-        return self.avoid_repeats or position % self.num_generations < self.guided_per_group
+    def guided(self, position: int, step: int = 0) -> bool:
+        """Whether the episode at ``position`` in the batch of optimizer step ``step`` (groups of
+        ``num_generations`` in a row) is guided: every one under avoid_repeats, else the first
+        :meth:`guided_in_group` of each group."""
+        return self.avoid_repeats or position % self.num_generations < self.guided_in_group(step)
+
+    def guided_in_group(self, step: int) -> int:
+        """Guided episodes per group at ``step``: ``guided_per_group``, or under ``guided_until_step`` that many
+        times the share of the fade still to go, rounded up (2 over 12 steps: 2 at steps 0-5, 1 at 6-11, then 0)."""
+        if self.guided_until_step is None:
+            return self.guided_per_group
+        left = max(0.0, 1 - step / self.guided_until_step)
+        return math.ceil(self.guided_per_group * left - 1e-9)
+
+    @model_validator(mode="after")
+    def _fade_and_refresh_need_their_parts(self) -> GRPOSettings:
+        if self.guided_until_step is not None and not self.guided_per_group:
+            raise ValueError("guided_until_step fades guided episodes out: set guided_per_group too")
+        if self.ref_sync_steps is not None and self.beta == 0:
+            raise ValueError("ref_sync_steps refreshes the KL reference, which beta = 0 does not use: set beta > 0")
+        return self
 
     @model_validator(mode="after")
     def _episode_weights_need_a_token_loss(self) -> GRPOSettings:
@@ -114,5 +140,7 @@ class GRPOSettings(BaseModel):
                                                        "vllm_server_url"})
     """Fields that change how a run executes, not what it trains: not part of a model version's id."""
     ID_OMITTED_WHEN_OFF: ClassVar[frozenset[str]] = frozenset({"avoid_repeats", "games", "games_from",
-                                                               "episode_level_loss", "guided_per_group"})
+                                                               "episode_level_loss", "guided_per_group",
+                                                               "guided_until_step", "ref_sync_steps",
+                                                               "lr_scheduler"})
     """Switches added after versions were trained: left out of the id while off, so those versions keep theirs."""

@@ -60,11 +60,18 @@ def version_id(teacher: str, stage: str, source: str, settings: SFTSettings | GR
     (checkpointing, micro-batch size, the generation server), are left out, so they never make a new version; so
     are switches added later while they are off (``ID_OMITTED_WHEN_OFF``), so versions trained before keep their id."""
     operational: frozenset[str] = getattr(settings, "OPERATIONAL", frozenset())
-    later = {name for name in getattr(settings, "ID_OMITTED_WHEN_OFF", frozenset()) if not getattr(settings, name)}
-    payload = json.dumps([source, settings.model_dump(mode="json",
-                                                      exclude=set(METRICS_ONLY_SETTINGS) | operational | later)],
-                         sort_keys=True)
+    exclude: dict[str, Any] = dict.fromkeys(METRICS_ONLY_SETTINGS | operational | _off(settings), True)
+    for name in type(settings).model_fields:  # a nested model's later switches (GRPO's reward terms)
+        nested = getattr(settings, name)
+        if isinstance(nested, BaseModel) and _off(nested):
+            exclude[name] = _off(nested)
+    payload = json.dumps([source, settings.model_dump(mode="json", exclude=exclude)], sort_keys=True)
     return f"{teacher}-{stage}-{hashlib.sha256(payload.encode()).hexdigest()[:12]}"
+
+
+def _off(settings: BaseModel) -> set[str]:
+    """The model's ``ID_OMITTED_WHEN_OFF`` switches that are off (unset, 0, False)."""
+    return {name for name in getattr(settings, "ID_OMITTED_WHEN_OFF", frozenset()) if not getattr(settings, name)}
 
 
 JSON_COLUMNS = ("settings", "loss_history", "eval_history", "rollout_history", "decision_history", "recipe_overrides")

@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
@@ -41,10 +41,22 @@ class RewardConfig(BaseModel):
         "step cap counts every repeat)."))
     invalid_penalty: float = 0.1
     call_cost: float = Field(default=0.0, ge=0, description="λ_call per harness call (documented alternative 0.05).")
+    call_cost_ramp_steps: int | None = Field(default=None, ge=1, description=(
+        "Anneal λ_call in: 0 at step 0, rising linearly to call_cost at this optimizer step, so that the policy "
+        "first keeps its wins and then drops the calls that do not help them; None: call_cost throughout."))
     repeats_at: Literal["environment", "any"] = Field(default="environment", description=(
         "The observation a repeat is judged at: the environment's last one, or 'any' last observation, a "
         "meta-action's result included (then a meta-action between two visits makes the second round look new, "
         "and a policy learns that dodge: docs/results.md, GRPO)."))
+
+    ID_OMITTED_WHEN_OFF: ClassVar[frozenset[str]] = frozenset({"call_cost_ramp_steps"})
+    """Switches added after versions were trained: left out of a version's id while off."""
+
+    def call_weight(self, step: int) -> float:
+        """λ_call at optimizer step ``step``."""
+        if self.call_cost_ramp_steps is None:
+            return self.call_cost
+        return self.call_cost * min(1.0, max(step, 0) / self.call_cost_ramp_steps)
 
 
 @dataclass(frozen=True)
@@ -116,8 +128,10 @@ def invalid_penalty(trajectory: Sequence[dict[str, Any]], config: RewardConfig, 
     return [-config.invalid_penalty * s.invalid for s in _stats(trajectory)]
 
 
-def harness_call_cost(trajectory: Sequence[dict[str, Any]], config: RewardConfig, **_: Any) -> list[float]:
-    return [-config.call_cost * s.harness_calls for s in _stats(trajectory)]
+def harness_call_cost(trajectory: Sequence[dict[str, Any]], config: RewardConfig, trainer_state: Any = None,
+                      **_: Any) -> list[float]:
+    weight = config.call_weight(int(getattr(trainer_state, "global_step", None) or 0))
+    return [-weight * s.harness_calls for s in _stats(trajectory)]
 
 
 TERMS = (solved_reward, efficiency_reward, diversity_reward, repeat_penalty, invalid_penalty, harness_call_cost)
@@ -128,8 +142,9 @@ def reward_functions(config: RewardConfig) -> list[Callable[..., list[float]]]:
     return [partial(term, config=config) for term in TERMS]
 
 
-def trajectory_reward(stats: TrajectoryStats, config: RewardConfig, epoch: float = 0.0) -> dict[str, float]:
-    """Every term of one trajectory's reward and their sum (``total``)."""
-    state = type("State", (), {"epoch": epoch})()
+def trajectory_reward(stats: TrajectoryStats, config: RewardConfig, epoch: float = 0.0,
+                      step: int = 0) -> dict[str, float]:
+    """Every term of one trajectory's reward at ``epoch`` and optimizer ``step``, and their sum (``total``)."""
+    state = type("State", (), {"epoch": epoch, "global_step": step})()
     terms = {term.__name__: term([stats.as_dict()], config=config, trainer_state=state)[0] for term in TERMS}
     return terms | {"total": sum(terms.values())}

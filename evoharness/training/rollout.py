@@ -88,8 +88,9 @@ class ModelPolicy:
 
 
 class RolloutEngine:
-    """Plays groups of episodes of the model on named games (fast engine in-process by default). ``guided(position)``
-    says which episodes of a step (by their position in its global batch) decode without repeats (none by default).
+    """Plays groups of episodes of the model on named games (fast engine in-process by default). ``guided(position,
+    step)`` says which episodes of a step (by their position in its global batch) decode without repeats (none by
+    default).
     ``generation`` is the local generator's engine (:class:`BatchGenerator`): ``continuous`` by default, ``batch``
     for the path before (``benchmarks/student_speed.py`` compares them)."""
 
@@ -97,9 +98,9 @@ class RolloutEngine:
 
     def __init__(self, prompt_set: PromptSet, settings: RunSettings, sampling: Sampling, max_batch: int = 16,
                  data_root: str | None = None, engine: str | None = None,
-                 vllm_server_url: str | None = None, guided: Callable[[int], bool] | None = None) -> None:
+                 vllm_server_url: str | None = None, guided: Callable[[int, int], bool] | None = None) -> None:
         self.prompt_set, self.settings, self.sampling, self.max_batch = prompt_set, settings, sampling, max_batch
-        self.vllm_server_url, self.guided = vllm_server_url, guided or (lambda position: False)
+        self.vllm_server_url, self.guided = vllm_server_url, guided or (lambda position, step: False)
         self.catalog = GameCatalog(data_root)
         self.pool = EnvPool(workers=0 if engine in (None, "fast") else None, engine=engine)
         self.bank_label = f"{settings.bank.bank_id}@v{settings.bank.version}"
@@ -115,7 +116,7 @@ class RolloutEngine:
                         prompt_sha=self.prompt_set.sha256, bank=self.bank_label)
             for index, game_id in enumerate(game_ids)
         ]
-        guided = frozenset(spec.episode_id for spec in specs if self.guided(spec.seed))
+        guided = frozenset(spec.episode_id for spec in specs if self.guided(spec.seed, round_id))
         policy = ModelPolicy(self._generator(model, tokenizer), self.sampling, guided=guided)
         was_training = model.training
         model.eval()

@@ -53,6 +53,10 @@ INTERNALS: tuple[Internal, ...] = (
     Internal("GRPOTrainer", "training_step", ("model", "inputs", "num_items_in_batch"),
              "overridden: forward and backward per micro-batch, gradients synchronized on the last",
              "Trainer's inner loop stops calling it once per optimizer step when gradient_accumulation_steps is 1"),
+    Internal("GRPOTrainer", "_load_from_checkpoint", ("resume_from_checkpoint",),
+             "trainer_utils.train_resumed: loads a run's final checkpoint (weights or adapters) without training "
+             "again (SFT's trainer inherits it from transformers' Trainer too)",
+             "it stops loading the weights a checkpoint holds, or is renamed"),
 )
 
 ATTRIBUTES = ("num_generations", "scale_rewards", "reward_weights", "reward_func_names", "_metrics", "beta",
