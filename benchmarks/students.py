@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import statistics
 import subprocess
@@ -36,10 +37,12 @@ from typing import Any
 import report
 
 from evoharness.evaluation.compare import paired_outcomes
+from evoharness.reporting.training_curves import grpo_seeds_png
 from evoharness.training.recipes import DEFAULT_RECIPE, Recipe, load_recipe
 from warehouse import Warehouse, default_db_path
 
 RESULTS = report.RESULTS / "students.json"
+CURVES = report.RESULTS / "curves"
 DEV, HELD_OUT = ("dev",), ("valid_seen", "valid_unseen")
 ENVIRONMENT = ("ALFWORLD_DATA", "EVOHARNESS_DB", "OMP_NUM_THREADS", "ACCELERATE_USE_CPU")
 """The environment a command's rerun needs, recorded in front of it."""
@@ -151,6 +154,19 @@ def claims(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return found
 
 
+def seed_curves(configuration: str, versions: list[dict[str, Any]]) -> str | None:
+    """The configuration's GRPO seeds side by side (``results/curves/<configuration>.png``); its path, or None
+    when it trained no GRPO version."""
+    histories = {row["settings"]["seed"]: json.loads(row["rollout_history"] or "[]")
+                 for row in versions if row["stage"] == "grpo"}
+    if not histories:
+        return None
+    path = CURVES / f"{re.sub(r'[^A-Za-z0-9_.=-]+', '_', configuration)}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(grpo_seeds_png(configuration, histories))
+    return str(path.relative_to(report.RESULTS))
+
+
 def parent_rate(rows: list[dict[str, Any]], row: dict[str, Any], split: str) -> float | None:
     parent = next((r for r in rows if r["model_version"] == row["parent_version"]), None)
     return parent[split]["success"] if parent and parent.get(split) else None
@@ -200,9 +216,12 @@ def main() -> None:
         earlier = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
         kept = [r for r in earlier.get("runs", []) if r["model_version"] not in chains]
         every = [*kept, *rows]
+        configuration = f"{recipe.name} {' '.join(args.overrides)}".strip()
+        curves = seed_curves(configuration, [row for row in versions if row["model_version"] in chains])
         report.write_report(RESULTS, {"command": "python benchmarks/students.py --recipe NAME [--set ...]",
                                       "runs": every, "claims": earlier.get("claims", {}) | {
-                                          f"{recipe.name} {' '.join(args.overrides)}".strip(): claims(rows)}})
+                                          configuration: claims(rows)},
+                                      "curves": earlier.get("curves", {}) | ({configuration: curves} if curves else {})})
         print(f"wrote {RESULTS}")
 
 

@@ -208,6 +208,21 @@ def test_guided_runs_draw_the_success_of_the_policy_and_the_guided_episodes_apar
     assert not tiny_grpo_settings(num_generations=4, guided_per_group=1).guided(5)
 
 
+def test_a_configurations_seeds_are_drawn_side_by_side(monkeypatch: pytest.MonkeyPatch) -> None:
+    from evoharness.reporting import training_curves
+
+    drawn: dict = {}
+    draw = training_curves.panels_chart_png
+    monkeypatch.setattr(training_curves, "panels_chart_png",
+                        lambda panels, *args, **kwargs: drawn.update(panels) or draw(panels, *args, **kwargs))
+    histories = {0: [{"step": 1, "episode/success": 0.5, "episode/success_unguided": 0.25, "kl": 0.01,
+                      "episode/harness_calls": 6.0, "episode/repeats": 2.0}],
+                 1: [{"step": 1, "episode/success": 0.75, "kl": 0.02, "episode/harness_calls": 5.0}]}
+    assert training_curves.grpo_seeds_png("small", histories).startswith(b"\x89PNG")
+    assert drawn["success of the policy's own episodes"] == {"seed 0": [(1.0, 0.25)], "seed 1": [(1.0, 0.75)]}
+    assert drawn["repeats / episode"] == {"seed 0": [(1.0, 2.0)], "seed 1": []}
+
+
 def test_guided_episodes_fade_out_by_the_step_named() -> None:
     fading = tiny_grpo_settings(num_generations=4, guided_per_group=2, guided_until_step=12)
     assert [fading.guided_in_group(step) for step in (0, 5, 6, 11, 12, 30)] == [2, 2, 1, 1, 0, 0]

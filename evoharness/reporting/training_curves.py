@@ -1,5 +1,6 @@
 """Per-step curves of a GRPO run from its ``rollout_history``: success, harness calls per episode (the
-harness-annealing curve), the mean of every reward term and the KL to the reference, as one PNG."""
+harness-annealing curve), the mean of every reward term and the KL to the reference, as one PNG; and one
+configuration's seeds side by side."""
 
 from __future__ import annotations
 
@@ -37,6 +38,25 @@ def grpo_curves_png(model_version: str, history: Sequence[Mapping[str, Any]]) ->
         KL_PANEL: {"kl": _points(history, "kl")},
     }
     return panels_chart_png(panels, f"{model_version}: GRPO by step", "optimizer step", log_panels={KL_PANEL})
+
+
+SEED_PANELS = {"success of the policy's own episodes": ("episode/success_unguided", "episode/success"),
+               KL_PANEL: ("kl",), "harness calls / episode": ("episode/harness_calls",),
+               "repeats / episode": ("episode/repeats",)}
+"""The panels of one configuration's seeds side by side; where a panel names two keys, the first logged one is
+drawn (unguided success where some episodes were guided, else every episode's)."""
+
+
+def grpo_seeds_png(configuration: str, histories: Mapping[int, Sequence[Mapping[str, Any]]]) -> bytes:
+    """One GRPO configuration, every seed a line: training success, KL, harness calls and repeats per step."""
+    panels: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    for panel, keys in SEED_PANELS.items():
+        panels[panel] = {}
+        for seed, history in sorted(histories.items()):
+            key = next((k for k in keys if any(k in h for h in history)), keys[-1])
+            panels[panel][f"seed {seed}"] = _points(history, key)
+    return panels_chart_png(panels, f"{configuration}: GRPO by step, every seed", "optimizer step",
+                            log_panels={KL_PANEL})
 
 
 def grpo_curve_table(history: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[Any]]]:
