@@ -86,14 +86,25 @@ def evaluate_command(version: str, splits: tuple[str, ...]) -> list[str]:
     return ["evoharness", "evaluate", "--model-version", version, *[p for s in splits for p in ("--split", s)]]
 
 
+STAGE_SECTIONS = {"sft": ("sft.",), "grpo": ("sft.", "curriculum.", "grpo.")}
+"""The recipe sections whose overrides shape a version of each stage (a GRPO version also has its SFT parent's)."""
+
+
+def stage_overrides(overrides: list[str], stage: str) -> list[str]:
+    """The overrides that shape a ``stage`` version, the seed left out (seeds tell replicates apart)."""
+    return [o for o in overrides
+            if o.startswith(STAGE_SECTIONS.get(stage, ())) and not o.split("=")[0].endswith(".seed")]
+
+
 def recipe_versions(db: str, recipe: Recipe, overrides: list[str]) -> list[dict[str, Any]]:
-    """The versions this recipe (same file, same overrides but the seed) trained, oldest first."""
+    """The versions this recipe trained with these overrides (those of the version's stage: an SFT parent
+    trained for another GRPO configuration is this one's too), any seed, oldest first."""
     with Warehouse(db, read_only=True) as wh:
         columns, rows = wh.query("recipe_model_versions", recipe=recipe.name, recipe_sha256=recipe.sha256)
     found = []
     for row in (dict(zip(columns, r, strict=True)) for r in rows):
-        given = [o for o in json.loads(row["recipe_overrides"] or "[]") if not o.split("=")[0].endswith(".seed")]
-        if given == list(overrides):
+        given = json.loads(row["recipe_overrides"] or "[]")
+        if stage_overrides(given, row["stage"]) == stage_overrides(list(overrides), row["stage"]):
             found.append(row | {"settings": json.loads(row["settings"])})
     return found
 

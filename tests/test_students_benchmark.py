@@ -56,3 +56,10 @@ def test_claims_summarise_seeds_against_their_parent(students: ModuleType) -> No
     assert grpo["mean"] == pytest.approx(0.66) and grpo["mean_gain_over_parent"] == pytest.approx(0.06)
     assert grpo["seeds_better_than_parent_p05"] == 2
     assert not [c for c in students.claims(rows) if c["split"] == "valid_unseen"]  # not played: no claim
+
+
+def test_a_grpo_configuration_finds_the_sft_parent_trained_without_its_grpo_overrides(students: ModuleType) -> None:
+    grpo_only = ["grpo.max_steps=48", "grpo.seed=1"]
+    assert students.stage_overrides(grpo_only, "sft") == []  # the recipe's SFT parent is this configuration's
+    assert students.stage_overrides(grpo_only, "grpo") == ["grpo.max_steps=48"]  # seeds are replicates
+    assert students.stage_overrides(["sft.epochs=2", "grpo.beta=0.1"], "sft") == ["sft.epochs=2"]
