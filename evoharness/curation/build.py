@@ -105,9 +105,11 @@ def record_dataset(wh: Warehouse, config: CurationConfig, run_id: str, examples:
     place, under its id."""
     # the consolidation run is part of a consolidated example's identity (a reconsolidated episode is new
     # content); a relabelled turn is its label, whichever run collected it (a resumed relabelling is two runs)
-    identity = (pl.when(pl.col("source_mode") == "relabel")
-                .then(pl.lit("label:") + pl.col("messages").list.last().struct.field("content"))
-                .otherwise(pl.col("consolidation_run_id")))
+    identity = pl.col("consolidation_run_id")
+    if "source_mode" in examples.columns:
+        identity = (pl.when(pl.col("source_mode") == "relabel")
+                    .then(pl.lit("label:") + pl.col("messages").list.last().struct.field("content"))
+                    .otherwise(identity))
     keys = examples.select("episode_id", "turn", identity.alias("identity")).sort("episode_id", "turn").rows()
     recorded_config = config.model_dump(mode="json") | (provenance or {})
     content_sha = hashlib.sha256(json.dumps([[list(k) for k in keys], {
