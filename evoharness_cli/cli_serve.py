@@ -19,20 +19,25 @@ def serve_command(
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",
     device: Annotated[str, typer.Option(help="cpu, cuda:0 or auto.")] = "cpu",
+    continuous_batching: Annotated[bool, typer.Option(help="Decode the requests in flight together (paged "
+                                                           "attention).")] = ServeSettings.continuous_batching,
     db: DbOption = None,
 ) -> None:
     """Serve a model version's model folder with `transformers serve` (needs fastapi and uvicorn: the `serve` extra)
     and print the `teacher add` line that registers it."""
     with Warehouse(db or default_db_path(), read_only=True) as wh:
-        path = required_version(wh, model_version).path
+        version = required_version(wh, model_version)
     try:
-        served = ServedModel(path, ServeSettings(host=host, port=port, device=device)).start()
+        served = ServedModel(version.path, ServeSettings(host=host, port=port, device=device,
+                                                  continuous_batching=continuous_batching)).start()
     except ServingError as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(1) from None
     console.print(f"serving {model_version} at {served.base_url} as model {served.model!r} (log: {served.log_path})")
+    rendering = f"--prompt-template {version.row['prompt_set']} " if version.row.get("prompt_set") else ""
     console.print(f"register it: evoharness teacher add NAME --provider openai_compatible --model {served.model} "
-                  f"--base-url {served.base_url} --price-in 0 --price-out 0 --auto-distill --max-spend-usd 1")
+                  f"--base-url {served.base_url} --price-in 0 --price-out 0 {rendering}--auto-distill "
+                  "--max-spend-usd 1")
     try:
         while True:
             time.sleep(3600)

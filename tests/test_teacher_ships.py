@@ -20,7 +20,7 @@ import dagster as dg
 import duckdb
 import pytest
 
-from evoharness.serving import ServedModel, ServeSettings, ServingError, missing_serve_modules
+from evoharness.serving import ServedModel, ServeSettings, ServingError, missing_serve_modules, serve_command
 from tests.conftest import OVERFIT_SETTINGS, tiny_sft_settings, write_recipe
 
 needs_serve = pytest.mark.skipif(bool(missing_serve_modules()), reason=(
@@ -61,6 +61,12 @@ def with_preflight_answer(dataset_path: str, output: Path) -> Path:
 def test_serving_refuses_a_folder_without_a_model(tmp_path: Path) -> None:
     with pytest.raises(ServingError, match="no config.json"):
         ServedModel(tmp_path).start()
+
+
+def test_serving_batches_requests_in_flight_unless_told_not_to() -> None:
+    assert "--continuous-batching" in serve_command("m", "127.0.0.1", 8000, ServeSettings())
+    assert "--continuous-batching" not in serve_command("m", "127.0.0.1", 8000,
+                                                        ServeSettings(continuous_batching=False))
 
 
 @pytest.fixture(scope="module")
