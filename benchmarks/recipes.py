@@ -5,7 +5,8 @@ played on dev and the held-out splits: one row of benchmarks/results/recipes.jso
         python benchmarks/recipes.py --via dagster --recipe small --teacher expert
 
 ``--via dagster`` materializes the ``distill_teacher`` job for the teacher's partition in a Dagster instance
-(``$DAGSTER_HOME``, else ``<warehouse folder>/dagster_home``) with no run config, as the sensor does (the recipe is
+(``$DAGSTER_HOME``, else ``<warehouse folder>/dagster_home``) with the run config the sensor derives from the
+teacher's registry entry, none typed by hand (the recipe is
 the ``students`` resource's, here ``--recipe`` through ``$EVOHARNESS_RECIPE``), then the ``evaluate_student_job`` of
 each new model version. ``--via cli`` runs the same stages as ``evoharness`` commands. Training runs under
 ``$EVOHARNESS_TRAIN_LAUNCH`` (Dagster) or ``--launch`` (CLI): for two CPU processes set ``ACCELERATE_USE_CPU=true``
@@ -42,12 +43,16 @@ def via_dagster(teacher: str) -> tuple[dict[str, str], dict[str, float], list[di
     attempt, the attempts)."""
     import dagster as dg
 
+    from evoharness.teachers.registry import TeacherRegistry
     from pipelines.definitions import defs
     from pipelines.partitions import register_teachers
+    from pipelines.sensors import distillation_run_config
 
+    config = distillation_run_config(TeacherRegistry.load().get(teacher))
     with dg.DagsterInstance.get() as instance:
         register_teachers(instance, (teacher,))
-        result = defs.get_job_def("distill_teacher").execute_in_process(instance=instance, partition_key=teacher)
+        result = defs.get_job_def("distill_teacher").execute_in_process(instance=instance, partition_key=teacher,
+                                                                       run_config=config)
         seconds, attempts = attempt_seconds(instance, "distill_teacher", teacher)
         versions = {stage: str(result.asset_materializations_for_node(node)[-1].metadata["model_version"].value)
                     for stage, node in (("sft", "sft_student"), ("grpo", "grpo_student"))}

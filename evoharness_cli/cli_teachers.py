@@ -49,8 +49,8 @@ def add(
     prompt_template: Annotated[str, typer.Option(help="Prompt set id; {mode} is filled in.")] = "alfworld/{mode}",
     max_attempts: Annotated[int, typer.Option(help="Attempts per call before the episode fails.")] = 6,
     timeout: Annotated[float, typer.Option(help="Seconds per HTTP request.")] = 60.0,
-    distill_games: Annotated[int, typer.Option(help="Train games a distillation run collects on.")] = (
-        DEFAULT_DISTILL_GAMES),
+    distill_games: Annotated[int | None, typer.Option(help="Train games a distillation run collects on [default: "
+                                                          "every train game outside dev].")] = DEFAULT_DISTILL_GAMES,
     max_spend_usd: Annotated[float | None, typer.Option(help="USD this teacher may spend in all (failed attempts "
                                                         "included); runs stop starting episodes there.")] = None,
     auto_distill: Annotated[bool, typer.Option(help="Let the Dagster sensor start this teacher's distillation run "
