@@ -15,6 +15,8 @@ from evoharness.agents.records import EpisodeRecord, EpisodeSpec
 from evoharness.collection import CollectionConfig, collect
 from evoharness.harness.prompts import Mode
 from evoharness.training.grpo_samples import (
+    longest_first,
+    trimmed_chunks,
     episode_loss_tokens,
     episode_weighted,
     group_advantages,
@@ -83,6 +85,43 @@ def test_every_turn_is_a_sample_with_its_trajectory_advantage(catalog) -> None:
     assert samples["completion_mask"].tolist() == [[1, 1], [1, 0], [0, 0]]  # an empty completion trains nothing
     assert samples["advantages"].tolist() == [0.5, 0.5, -0.5]
     assert int(samples["num_items_in_batch"]) == 3
+
+
+def test_samples_train_longest_first_in_chunks_without_unused_padding(catalog) -> None:
+    game = catalog.games("train", limit=1)[0]
+    record = EpisodeRecord(EpisodeSpec("s", game, Mode.BPE, 0, 3, "p", "x"), "fast", datetime.now(UTC))
+    played = [Rollout(record, [TurnTokens([1], [7]), TurnTokens([1, 2, 3, 4], [8, 9])]),
+              Rollout(record, [TurnTokens([5, 6], [9]), TurnTokens([1, 2, 3], [7, 8, 9])])]
+    ordered = longest_first(turn_samples(played, torch.tensor([1.0, -1.0]), pad_id=0))
+    assert ordered["prompt_ids"].tolist() == [[1, 2, 3, 4], [0, 1, 2, 3], [0, 0, 5, 6], [0, 0, 0, 1]]
+    assert ordered["advantages"].tolist() == [1.0, -1.0, -1.0, 1.0]  # each turn keeps its trajectory's advantage
+    assert int(ordered["num_items_in_batch"]) == 7
+    chunks = trimmed_chunks(ordered, 2)
+    assert [rows for rows, _ in chunks] == [slice(0, 2), slice(2, 4)]
+    short = chunks[1][1]
+    assert short["prompt_ids"].tolist() == [[5, 6], [0, 1]] and short["completion_ids"].tolist() == [[9], [7]]
+
+
+def test_log_probs_in_trimmed_chunks_match_the_padded_batch(tiny_grpo, tmp_path: Path) -> None:
+    """The old and reference log-probabilities, computed chunk by chunk without the chunk's unused padding, are
+    the padded batch's (numerics only)."""
+    from evoharness.training.grpo import build_grpo_trainer
+
+    model_dir, fixed, _ = tiny_grpo
+    trainer = build_grpo_trainer(str(model_dir), tmp_path, tiny_grpo_settings(
+        games_limit=2, games_per_step=2, num_generations=2, max_steps=1, per_device_train_batch_size=3,
+        save_steps=None), fixed)
+    played = [rollout for rollout in fixed.episodes.values()]
+    batch = longest_first(turn_samples(played, torch.ones(len(played)), trainer.processing_class.pad_token_id))
+    assert batch["prompt_ids"].size(0) > 3  # several chunks
+    with torch.no_grad():
+        chunked = trainer._chunked_logps(batch, reference=True)
+        padded = trainer._get_per_token_logps_and_entropies(
+            trainer.ref_model, torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1),
+            torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1), batch["completion_ids"].size(1),
+            batch_size=3)[0]
+    mask = batch["completion_mask"].bool()
+    assert torch.allclose(chunked[mask], padded[mask], atol=1e-4)
 
 
 def test_forced_tokens_are_attended_to_but_not_scored(catalog) -> None:

@@ -43,6 +43,24 @@ def micro_batches(batch: dict[str, Any], size: int, count: int, loss_type: str, 
     return chunks
 
 
+def longest_first(batch: dict[str, Any]) -> dict[str, Any]:
+    """``batch``'s turn samples reordered from the longest (prompt and completion tokens) to the shortest, so each
+    micro-batch holds samples of similar length and little padding. Every sample stays in the batch once: the loss
+    (a sum over samples, normalized over the whole batch) is the same up to float summation order."""
+    n = batch["prompt_ids"].size(0)
+    lengths = batch["prompt_mask"].sum(dim=1) + batch["completion_mask"].sum(dim=1)
+    return _rows(batch, torch.argsort(lengths, descending=True, stable=True), n)
+
+
+def trimmed_chunks(batch: dict[str, Any], size: int) -> list[tuple[slice, dict[str, Any]]]:
+    """``batch``'s samples in consecutive chunks of at most ``size`` rows (the rows of :func:`micro_batches`), each
+    with the padding columns none of its rows uses cut: (its rows, the chunk)."""
+    n = batch["prompt_ids"].size(0)
+    return [(slice(start, min(start + size, n)), _trim_padding(_rows(batch, torch.arange(start, min(start + size, n)),
+                                                                      n)))
+            for start in range(0, n, size)]
+
+
 def _with_filler(chunk: dict[str, Any], template: dict[str, Any], count: int) -> dict[str, Any]:
     """``chunk`` with ``count`` filler rows appended: copies of ``template`` (one sample) reduced to its last
     prompt token, with no completion token and advantage 0."""

@@ -25,8 +25,10 @@ from evoharness.training.grpo_samples import (
     episode_loss_tokens,
     episode_weighted,
     group_advantages,
+    longest_first,
     loss_mask,
     micro_batches,
+    trimmed_chunks,
     turn_samples,
     wins_only_when_guided,
 )
@@ -107,40 +109,43 @@ class EpisodeGRPOTrainer(_TRLTrainer):
             mean = float(total[:, 0].sum() / total[:, 1].sum())
             advantages = episode_weighted(advantages.to(device), tokens, mean)
         output = {k: v.to(device) if isinstance(v, torch.Tensor) else v
-                  for k, v in turn_samples(played, advantages, self.processing_class.pad_token_id,
-                                           choices_only=choices_only).items()}
-        prompt_ids, prompt_mask = output["prompt_ids"], output["prompt_mask"]
-        completion_ids, completion_mask = output["completion_ids"], output["completion_mask"]
+                  for k, v in longest_first(turn_samples(played, advantages, self.processing_class.pad_token_id,
+                                                         choices_only=choices_only)).items()}
         # every process needs the global counts: the loss normalizes over all processes' turns and tokens,
         # and all processes must run the same number of micro-batches (TRL's loss logs with collectives)
-        local = torch.tensor([prompt_ids.size(0), int(loss_mask(output).sum())], device=device)
+        local = torch.tensor([output["prompt_ids"].size(0), int(loss_mask(output).sum())], device=device)
         counts = self.accelerator.gather(local.unsqueeze(0)).view(-1, 2)
         output["num_items_in_batch"] = counts[:, 1].sum()
         output["global_turns"] = counts[:, 0].sum()
         output["micro_batches"] = torch.ceil(counts[:, 0].max() / self.micro_batch_size).long()
-        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
-        attention = torch.cat([prompt_mask, completion_mask], dim=1)
-        keep, batch = completion_ids.size(1), self.micro_batch_size
         with torch.no_grad():
             if self.args.gradient_accumulation_steps % (self.args.steps_per_generation * self.num_iterations):
-                output["old_per_token_logps"] = self._get_per_token_logps_and_entropies(
-                    self.model, input_ids, attention, keep, batch_size=batch)[0]
+                output["old_per_token_logps"] = self._chunked_logps(output)
             if self.beta != 0.0:
-                output["ref_per_token_logps"] = self._reference_logps(input_ids, attention, keep, batch)
+                output["ref_per_token_logps"] = self._chunked_logps(output, reference=True)
         metrics = self._metrics["train" if self.model.training else "eval"]
         metrics["samples/turns"].append(float(output["global_turns"]))
         metrics["samples/micro_batches"].append(float(output["micro_batches"]))
         return output
 
-    def _reference_logps(self, input_ids: torch.Tensor, attention: torch.Tensor, keep: int,
-                         batch: int) -> torch.Tensor:
-        if self.ref_model is not None:
-            return self._get_per_token_logps_and_entropies(self.ref_model, input_ids, attention, keep,
-                                                           batch_size=batch)[0]
-        model = self.accelerator.unwrap_model(self.model)
-        with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
-            return self._get_per_token_logps_and_entropies(self.model, input_ids, attention, keep,
-                                                           batch_size=batch)[0]
+    def _chunked_logps(self, batch: dict[str, Any], reference: bool = False) -> torch.Tensor:
+        """Per-token log-probabilities of every sample's completion under the policy (or the KL reference: its
+        copy, or the policy with its LoRA adapter off), in the micro-batches' row chunks with each chunk's unused
+        padding cut (the loss reads the same columns); zero past a chunk's width."""
+        model = self.ref_model if reference and self.ref_model is not None else self.model
+        adapter: Any = contextlib.nullcontext()
+        if reference and self.ref_model is None:
+            unwrapped = self.accelerator.unwrap_model(self.model)
+            adapter = use_adapter(unwrapped, adapter_name="ref" if "ref" in unwrapped.peft_config else None)
+        logps = torch.zeros(batch["completion_ids"].shape, device=batch["completion_ids"].device)
+        with adapter:
+            for rows, chunk in trimmed_chunks(batch, self.micro_batch_size):
+                keep = chunk["completion_ids"].size(1)
+                logps[rows, :keep] = self._get_per_token_logps_and_entropies(
+                    model, torch.cat([chunk["prompt_ids"], chunk["completion_ids"]], dim=1),
+                    torch.cat([chunk["prompt_mask"], chunk["completion_mask"]], dim=1), keep,
+                    batch_size=self.micro_batch_size)[0]
+        return logps
 
     # -- training: every turn once per iteration, in bounded micro-batches --------------------------------
     def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
