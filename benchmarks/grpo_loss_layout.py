@@ -79,6 +79,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         trainer = build_grpo_trainer(args.model, folder, settings, fixed)
     trainer.model.train()
+    trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps  # set by train()
     played = list(fixed.episodes.values())
     advantages = torch.linspace(-1.0, 1.0, len(played))
     padded = turn_samples(played, advantages, tokenizer.pad_token_id)
