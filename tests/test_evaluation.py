@@ -146,3 +146,14 @@ def test_evaluate_against_a_served_model_writes_a_normal_evaluation(curated_db: 
     assert len(episodes) == 2 and {e[:1] + e[2:] for e in episodes} == {("finished", "student", version)}
     assert rows == [(version, "valid_seen", 2, sum(e[1] for e in episodes) / 2)]
     assert version in result.output  # printed beside its teacher
+
+
+def test_dev_play_reads_in_policy_evaluation_and_train_play_does_not(tmp_path: Path, alfworld_data: Path) -> None:
+    """``dev`` is where choices are made: its play is an evaluation like the held-out splits'; train play is not."""
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        for split in ("dev", "train"):
+            collect(CollectionConfig(split=split, limit=2, engine="fast", workers=0, data_root=str(alfworld_data)),
+                    wh, split)
+        rows = wh.con.execute("SELECT split, episodes, success_rate FROM policy_evaluation "
+                              "WHERE policy = 'expert' AND task_type = 'ALL'").fetchall()
+    assert rows == [("dev", 2, 1.0)]

@@ -1,4 +1,5 @@
--- Evaluation of every policy (teachers and student model versions alike) on the evaluation splits, per step
+-- Evaluation of every policy (teachers and student model versions alike) on the evaluation splits (dev, where
+-- choices are made, and the held-out valid_seen and valid_unseen), per step
 -- budget, split and task type (overall: 'ALL'), so a student reads side by side with the teacher it was
 -- distilled from. Episodes played with different budgets are different evaluations, never averaged together.
 -- mean_repeats (episode_repeats) is over all episodes, mean_repeats_lost over lost finished ones: how a
@@ -32,5 +33,5 @@ SELECT
 FROM episodes e
 LEFT JOIN model_versions m ON m.model_version = e.model_version
 LEFT JOIN episode_repeats r ON r.episode_id = e.episode_id
-WHERE e.split IN ('valid_seen', 'valid_unseen')
+WHERE e.split IN ('dev', 'valid_seen', 'valid_unseen')
 GROUP BY e.teacher, e.mode, e.max_steps, e.split, ROLLUP (e.task_type);
