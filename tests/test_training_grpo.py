@@ -15,11 +15,11 @@ from evoharness.agents.records import EpisodeRecord, EpisodeSpec
 from evoharness.collection import CollectionConfig, collect
 from evoharness.harness.prompts import Mode
 from evoharness.training.grpo_samples import (
-    longest_first,
-    trimmed_chunks,
     episode_loss_tokens,
     episode_weighted,
     group_advantages,
+    longest_first,
+    trimmed_chunks,
     turn_samples,
 )
 from evoharness.training.model_versions import (
