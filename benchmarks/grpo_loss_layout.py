@@ -26,7 +26,13 @@ import torch
 from evoharness.envs.alfworld import GameCatalog
 from evoharness.training.fixed_rollouts import record_expert_rollouts
 from evoharness.training.grpo import build_grpo_trainer
-from evoharness.training.grpo_samples import longest_first, micro_batches, trimmed_chunks, turn_samples
+from evoharness.training.grpo_samples import (
+    longest_first,
+    micro_batches,
+    trimmed_chunks,
+    turn_samples,
+    whole_sequences,
+)
 from evoharness.training.recipes import DEFAULT_RECIPE, load_recipe
 
 
@@ -45,9 +51,7 @@ def passes(trainer: Any, batch: dict[str, Any], chunked: bool) -> dict[str, Any]
             batch["ref_per_token_logps"] = trainer._chunked_logps(batch, reference=True)
         else:
             batch["ref_per_token_logps"] = trainer._get_per_token_logps_and_entropies(
-                trainer.ref_model, torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1),
-                torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1), batch["completion_ids"].size(1),
-                batch_size=size)[0]
+                trainer.ref_model, *whole_sequences(batch), batch["completion_ids"].size(1), batch_size=size)[0]
     reference = time.perf_counter() - started
     total = torch.zeros(())
     for chunk in micro_batches(batch, size, int(batch["micro_batches"]), trainer.loss_type):

@@ -16,6 +16,7 @@ from typing import Any
 import report
 
 from evoharness.serving import ServedModel, ServeSettings
+from evoharness.teachers.clients.openai_client import with_reasoning
 from evoharness.training.recipes import DEFAULT_RECIPE, load_recipe
 from evoharness.training.sft import prepare_splits
 
@@ -30,9 +31,7 @@ def play(served: ServedModel, turns: list[list[dict[str, str]]], in_flight: int,
     def answer(messages: list[dict[str, str]]) -> tuple[str, int]:
         reply = client.chat.completions.create(model=served.model, messages=messages,  # type: ignore[arg-type]
                                                max_tokens=max_tokens, temperature=0)
-        message = reply.choices[0].message
-        thought = getattr(message, "reasoning_content", None) or ""
-        return thought + (message.content or ""), reply.usage.completion_tokens if reply.usage else 0
+        return with_reasoning(reply.choices[0].message), reply.usage.completion_tokens if reply.usage else 0
 
     answer(turns[0])  # warm-up
     started = time.perf_counter()

@@ -21,6 +21,7 @@ from evoharness.training.grpo_samples import (
     longest_first,
     trimmed_chunks,
     turn_samples,
+    whole_sequences,
 )
 from evoharness.training.model_versions import (
     teacher_datasets,
@@ -111,15 +112,13 @@ def test_log_probs_in_trimmed_chunks_match_the_padded_batch(tiny_grpo, tmp_path:
     trainer = build_grpo_trainer(str(model_dir), tmp_path, tiny_grpo_settings(
         games_limit=2, games_per_step=2, num_generations=2, max_steps=1, per_device_train_batch_size=3,
         save_steps=None), fixed)
-    played = [rollout for rollout in fixed.episodes.values()]
+    played = list(fixed.episodes.values())
     batch = longest_first(turn_samples(played, torch.ones(len(played)), trainer.processing_class.pad_token_id))
     assert batch["prompt_ids"].size(0) > 3  # several chunks
     with torch.no_grad():
         chunked = trainer._chunked_logps(batch, reference=True)
         padded = trainer._get_per_token_logps_and_entropies(
-            trainer.ref_model, torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1),
-            torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1), batch["completion_ids"].size(1),
-            batch_size=3)[0]
+            trainer.ref_model, *whole_sequences(batch), batch["completion_ids"].size(1), batch_size=3)[0]
     mask = batch["completion_mask"].bool()
     assert torch.allclose(chunked[mask], padded[mask], atol=1e-4)
 

@@ -56,9 +56,17 @@ def trimmed_chunks(batch: dict[str, Any], size: int) -> list[tuple[slice, dict[s
     """``batch``'s samples in consecutive chunks of at most ``size`` rows (the rows of :func:`micro_batches`), each
     with the padding columns none of its rows uses cut: (its rows, the chunk)."""
     n = batch["prompt_ids"].size(0)
-    return [(slice(start, min(start + size, n)), _trim_padding(_rows(batch, torch.arange(start, min(start + size, n)),
-                                                                      n)))
-            for start in range(0, n, size)]
+    chunks = []
+    for start in range(0, n, size):
+        rows = slice(start, min(start + size, n))
+        chunks.append((rows, _trim_padding(_rows(batch, torch.arange(rows.start, rows.stop), n))))
+    return chunks
+
+
+def whole_sequences(batch: dict[str, Any]) -> tuple[Any, Any]:
+    """Each sample's prompt and completion as one sequence: (input ids, attention mask)."""
+    return (torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1),
+            torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1))
 
 
 def _with_filler(chunk: dict[str, Any], template: dict[str, Any], count: int) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from evoharness.training.grpo_samples import (
     micro_batches,
     trimmed_chunks,
     turn_samples,
+    whole_sequences,
     wins_only_when_guided,
 )
 from evoharness.training.reward import TrajectoryStats
@@ -142,9 +143,7 @@ class EpisodeGRPOTrainer(_TRLTrainer):
             for rows, chunk in trimmed_chunks(batch, self.micro_batch_size):
                 keep = chunk["completion_ids"].size(1)
                 logps[rows, :keep] = self._get_per_token_logps_and_entropies(
-                    model, torch.cat([chunk["prompt_ids"], chunk["completion_ids"]], dim=1),
-                    torch.cat([chunk["prompt_mask"], chunk["completion_mask"]], dim=1), keep,
-                    batch_size=self.micro_batch_size)[0]
+                    model, *whole_sequences(chunk), keep, batch_size=self.micro_batch_size)[0]
         return logps
 
     # -- training: every turn once per iteration, in bounded micro-batches --------------------------------
