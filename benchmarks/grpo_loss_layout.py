@@ -27,6 +27,7 @@ from evoharness.envs.alfworld import GameCatalog
 from evoharness.training.fixed_rollouts import record_expert_rollouts
 from evoharness.training.grpo import build_grpo_trainer
 from evoharness.training.grpo_samples import (
+    episode_turns,
     longest_first,
     micro_batches,
     trimmed_chunks,
@@ -86,7 +87,7 @@ def main() -> None:
     trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps  # set by train()
     played = list(fixed.episodes.values())
     advantages = torch.linspace(-1.0, 1.0, len(played))
-    padded = turn_samples(played, advantages, tokenizer.pad_token_id)
+    padded = turn_samples(episode_turns(played, advantages), tokenizer.pad_token_id)
     turns = padded["prompt_ids"].size(0)
     padded |= {"global_turns": torch.tensor(turns), "micro_batches": torch.tensor(-(-turns // trainer.micro_batch_size))}
     layouts = {"padded": (padded, False), "longest_first": (longest_first(padded), True)}

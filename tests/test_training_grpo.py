@@ -15,9 +15,12 @@ from evoharness.agents.records import EpisodeRecord, EpisodeSpec
 from evoharness.collection import CollectionConfig, collect
 from evoharness.harness.prompts import Mode
 from evoharness.training.grpo_samples import (
+    deal_by_tokens,
     episode_loss_tokens,
+    episode_turns,
     episode_weighted,
     group_advantages,
+    interleaved,
     longest_first,
     trimmed_chunks,
     turn_samples,
@@ -80,7 +83,7 @@ def test_every_turn_is_a_sample_with_its_trajectory_advantage(catalog) -> None:
     record = EpisodeRecord(EpisodeSpec("s", game, Mode.BPE, 0, 3, "p", "x"), "fast", datetime.now(UTC))
     played = [Rollout(record, [TurnTokens([1, 2, 3], [7, 8]), TurnTokens([1, 2], [9])]),
               Rollout(record, [TurnTokens([4], [])])]
-    samples = turn_samples(played, torch.tensor([0.5, -0.5]), pad_id=0)
+    samples = turn_samples(episode_turns(played, torch.tensor([0.5, -0.5])), pad_id=0)
     assert samples["prompt_ids"].tolist() == [[1, 2, 3], [0, 1, 2], [0, 0, 4]]  # left-padded prompts
     assert samples["completion_ids"].tolist() == [[7, 8], [9, 0], [0, 0]]  # right-padded completions
     assert samples["completion_mask"].tolist() == [[1, 1], [1, 0], [0, 0]]  # an empty completion trains nothing
@@ -88,12 +91,27 @@ def test_every_turn_is_a_sample_with_its_trajectory_advantage(catalog) -> None:
     assert int(samples["num_items_in_batch"]) == 3
 
 
+def test_each_process_plays_a_share_of_every_group_and_trains_about_the_same_tokens() -> None:
+    """Two processes, a step of 2 groups of 4: each plays two episodes of each group (not one process the first
+    game's group and the other the second's), and the turns are dealt so each trains about the same tokens; every
+    turn is trained exactly once."""
+    assert interleaved(8, 2, 0) == [0, 2, 4, 6] and interleaved(8, 2, 1) == [1, 3, 5, 7]
+    assert interleaved(8, 1, 0) == list(range(8))
+    lengths = [900, 880, 700, 300, 290, 120, 110, 100, 90, 50]
+    shares = deal_by_tokens(lengths, 2)
+    assert sorted(i for share in shares for i in share) == list(range(len(lengths)))
+    loads = [sum(lengths[i] for i in share) for share in shares]
+    assert max(loads) / (sum(lengths) / 2) < 1.02  # as against 1.73 for the first five turns against the rest
+    assert deal_by_tokens([5, 5, 5], 2) == [[0, 2], [1]]  # ties go to the lower process, in index order
+    assert deal_by_tokens([], 2) == [[], []]
+
+
 def test_samples_train_longest_first_in_chunks_without_unused_padding(catalog) -> None:
     game = catalog.games("train", limit=1)[0]
     record = EpisodeRecord(EpisodeSpec("s", game, Mode.BPE, 0, 3, "p", "x"), "fast", datetime.now(UTC))
     played = [Rollout(record, [TurnTokens([1], [7]), TurnTokens([1, 2, 3, 4], [8, 9])]),
               Rollout(record, [TurnTokens([5, 6], [9]), TurnTokens([1, 2, 3], [7, 8, 9])])]
-    ordered = longest_first(turn_samples(played, torch.tensor([1.0, -1.0]), pad_id=0))
+    ordered = longest_first(turn_samples(episode_turns(played, torch.tensor([1.0, -1.0])), pad_id=0))
     assert ordered["prompt_ids"].tolist() == [[1, 2, 3, 4], [0, 1, 2, 3], [0, 0, 5, 6], [0, 0, 0, 1]]
     assert ordered["advantages"].tolist() == [1.0, -1.0, -1.0, 1.0]  # each turn keeps its trajectory's advantage
     assert int(ordered["num_items_in_batch"]) == 7
@@ -113,7 +131,8 @@ def test_log_probs_in_trimmed_chunks_match_the_padded_batch(tiny_grpo, tmp_path:
         games_limit=2, games_per_step=2, num_generations=2, max_steps=1, per_device_train_batch_size=3,
         save_steps=None), fixed)
     played = list(fixed.episodes.values())
-    batch = longest_first(turn_samples(played, torch.ones(len(played)), trainer.processing_class.pad_token_id))
+    batch = longest_first(turn_samples(episode_turns(played, torch.ones(len(played))),
+                                       trainer.processing_class.pad_token_id))
     assert batch["prompt_ids"].size(0) > 3  # several chunks
     with torch.no_grad():
         chunked = trainer._chunked_logps(batch, reference=True)
@@ -127,11 +146,11 @@ def test_forced_tokens_are_attended_to_but_not_scored(catalog) -> None:
     game = catalog.games("train", limit=1)[0]
     record = EpisodeRecord(EpisodeSpec("s", game, Mode.BPE, 0, 3, "p", "x"), "fast", datetime.now(UTC))
     played = [Rollout(record, [TurnTokens([1], [7, 8, 2], [True, False, False]), TurnTokens([1], [9])])]
-    scored = turn_samples(played, torch.tensor([1.0]), pad_id=0, choices_only=True)
+    scored = turn_samples(episode_turns(played, torch.tensor([1.0])), pad_id=0, choices_only=True)
     assert scored["completion_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]  # every real token stays in the context
     assert scored["tool_mask"].tolist() == [[1, 0, 0], [1, 0, 0]]  # unconstrained turn: all its tokens scored
     assert int(scored["num_items_in_batch"]) == 2
-    every = turn_samples(played, torch.tensor([1.0]), pad_id=0)  # forced_tokens_in_loss: the runs before 2026-12-02
+    every = turn_samples(episode_turns(played, torch.tensor([1.0])), pad_id=0)  # forced_tokens_in_loss: before 12-02
     assert "tool_mask" not in every and int(every["num_items_in_batch"]) == 4
 
 
@@ -148,7 +167,7 @@ def test_episode_level_loss_weighs_a_long_loss_as_much_as_a_short_win(catalog) -
     advantages = torch.tensor([1.0, -1.0])
 
     def net_weight(a: torch.Tensor) -> float:  # Σ over scored tokens of their advantage, as the loss sums them
-        samples = turn_samples([won, lost], a, pad_id=0, choices_only=True)
+        samples = turn_samples(episode_turns([won, lost], a), pad_id=0, choices_only=True)
         mask = samples["completion_mask"] * samples.get("tool_mask", samples["completion_mask"])
         return float((samples["advantages"].unsqueeze(1) * mask).sum())
 
@@ -208,7 +227,7 @@ def test_guided_episodes_are_the_first_of_each_group_and_only_they_avoid_repeats
     engine = rollout_engine(settings, None, None, None)
     try:  # positions 2 and 3 of the step: the second group, as another process would play it
         played = engine.play(training_games(settings)[:1] * 2, AutoModelForCausalLM.from_pretrained(path),
-                             AutoTokenizer.from_pretrained(path), round_id=0, first_index=2)
+                             AutoTokenizer.from_pretrained(path), round_id=0, positions=[2, 3])
     finally:
         engine.close()
     assert [r.guided for r in played] == [True, False]

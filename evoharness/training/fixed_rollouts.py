@@ -35,12 +35,13 @@ class FixedRollouts:
     group: int
 
     def play(self, game_ids: list[str], model: Any, tokenizer: Any, round_id: int,
-             first_index: int = 0) -> list[Rollout]:
-        missing = [(g, (first_index + i) % self.group) for i, g in enumerate(game_ids)
-                   if (g, (first_index + i) % self.group) not in self.episodes]
+             positions: Sequence[int] | None = None) -> list[Rollout]:
+        positions = range(len(game_ids)) if positions is None else positions
+        keys = [(g, p % self.group) for g, p in zip(game_ids, positions, strict=True)]
+        missing = [key for key in keys if key not in self.episodes]
         if missing:
             raise KeyError(f"no recorded episode for {missing[:3]} (recorded: {len(self.episodes)} episodes)")
-        return [self.episodes[(g, (first_index + i) % self.group)] for i, g in enumerate(game_ids)]
+        return [self.episodes[key] for key in keys]
 
     def close(self) -> None:
         return None

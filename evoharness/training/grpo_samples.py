@@ -9,7 +9,7 @@ import torch
 from trl.trainer.utils import nanstd, pad
 
 from evoharness.training.grpo_config import LOSS_NORMALIZATION
-from evoharness.training.rollout import Rollout
+from evoharness.training.rollout import Rollout, TurnTokens
 
 
 def micro_batches(batch: dict[str, Any], size: int, count: int, loss_type: str, processes: int = 1
@@ -160,13 +160,37 @@ def episode_weighted(advantages: Any, tokens: Any, mean_tokens: float) -> Any:
     return torch.where(tokens > 0, advantages * mean_tokens / tokens.clamp(min=1), torch.zeros_like(advantages))
 
 
-def turn_samples(played: list[Rollout], advantages: Any, pad_id: int, choices_only: bool = False
+def episode_turns(played: list[Rollout], advantages: Any) -> list[tuple[TurnTokens, float]]:
+    """Every turn of ``played``, in order, with the advantage of the trajectory it belongs to."""
+    return [(turn, float(advantages[i])) for i, rollout in enumerate(played) for turn in rollout.turns]
+
+
+def interleaved(episodes: int, processes: int, process: int) -> list[int]:
+    """The positions in a step's batch of ``episodes`` that ``process`` plays: every ``processes``-th from its index,
+    so each process plays a share of every group (groups are consecutive) and no process draws only the long
+    games."""
+    return list(range(process, episodes, processes))
+
+
+def deal_by_tokens(lengths: list[int], processes: int) -> list[list[int]]:
+    """Turn samples (by index) dealt to ``processes`` so each trains about the same number of tokens: the longest
+    first, each to the process with the fewest tokens so far (the lowest index on a tie). Deterministic, so every
+    process computes the same deal from the same gathered samples."""
+    shares: list[list[int]] = [[] for _ in range(processes)]
+    loads = [0] * processes
+    for index in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        target = min(range(processes), key=lambda p: (loads[p], p))
+        shares[target].append(index)
+        loads[target] += lengths[index]
+    return shares
+
+
+def turn_samples(samples: list[tuple[TurnTokens, float]], pad_id: int, choices_only: bool = False
                  ) -> dict[str, Any]:
-    """One training sample per turn: its prompt (left-padded) and completion (right-padded) ids with masks, and
-    the advantage of the trajectory it belongs to. An empty completion is one masked-out pad token. With
+    """One training sample per turn (:func:`episode_turns`): its prompt (left-padded) and completion (right-padded)
+    ids with masks, and its trajectory's advantage. An empty completion is one masked-out pad token. With
     ``choices_only``, forced tokens stay in the completion (attended to) but out of the loss: TRL's
     ``tool_mask`` (its mask of completion tokens the model did not choose) keeps only ``TurnTokens.choices``."""
-    samples = [(turn, advantages[i]) for i, rollout in enumerate(played) for turn in rollout.turns]
     if not samples:
         raise RuntimeError("No turn was played in this round: every episode failed before its first turn.")
     completion_mask = pad([torch.ones(len(t.completion_ids), dtype=torch.long) if t.completion_ids
@@ -180,7 +204,7 @@ def turn_samples(played: list[Rollout], advantages: Any, pad_id: int, choices_on
         "completion_ids": pad([torch.tensor(t.completion_ids or [pad_id]) for t, _ in samples],
                               padding_value=pad_id, padding_side="right"),
         "completion_mask": completion_mask,
-        "advantages": torch.stack([a for _, a in samples]),
+        "advantages": torch.tensor([a for _, a in samples], dtype=torch.float32),
     }
     if choices_only and any(t.choices is not None for t, _ in samples):
         output["tool_mask"] = pad([torch.tensor(t.choices if t.choices is not None and t.completion_ids

@@ -12,19 +12,23 @@ model saw when it wrote them. Only ``_generate_and_score_completions`` and ``tra
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol
 
 import torch
-from accelerate.utils import DistributedType
+from accelerate.utils import DistributedType, gather_object
 from trl import GRPOTrainer
 from trl.models.utils import unwrap_model_for_generation
 from trl.trainer.utils import nanstd, use_adapter
 
 from evoharness.training.grpo_config import LOSS_NORMALIZATION
 from evoharness.training.grpo_samples import (
+    deal_by_tokens,
     episode_loss_tokens,
+    episode_turns,
     episode_weighted,
     group_advantages,
+    interleaved,
     longest_first,
     loss_mask,
     micro_batches,
@@ -39,13 +43,15 @@ from evoharness.training.trl_contract import require_trl_contract
 
 require_trl_contract()
 
+Layout = Literal["balanced", "contiguous"]
+
 
 class RolloutSource(Protocol):
     """What GRPO plays episodes with: :class:`RolloutEngine`, or recorded rollouts replayed
     (:class:`evoharness.training.fixed_rollouts.FixedRollouts`)."""
 
     def play(self, game_ids: list[str], model: Any, tokenizer: Any, round_id: int,
-             first_index: int = 0) -> list[Rollout]: ...
+             positions: Sequence[int] | None = None) -> list[Rollout]: ...
 
     def close(self) -> None: ...
 
@@ -69,11 +75,20 @@ class EpisodeGRPOTrainer(_TRLTrainer):
         self.rollouts, self.micro_batch_size = rollouts, micro_batch_size
         self.turn_log: list[dict[str, Any]] = []  # per round: this process's (episode index, turns, advantage)
 
+    layout: Layout = "balanced"
+    """How a step's work is split over processes. ``balanced``: each process plays every n-th episode of the step
+    (a share of every group), and the turns are then dealt so each trains about the same tokens; ``contiguous``:
+    TRL's slices, each process trains its own episodes' turns (the layout before; ``benchmarks/grpo_balance.py``
+    compares them). The loss and update are the same either way."""
+
     # -- generation: whole episodes, one sample per turn ------------------------------------------------
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         device = self.accelerator.device
         mode = "train" if self.model.training else "eval"
-        first = self.accelerator.process_index * len(inputs)  # this process's slice of the global batch
+        processes, rank = self.accelerator.num_processes, self.accelerator.process_index
+        step = gather_object(list(inputs)) if processes > 1 else list(inputs)  # the step's batch, in order
+        positions = self._positions(len(step), rank)
+        inputs = [step[p] for p in positions]
         round_id = self.state.global_step
         if self.use_vllm and round_id != getattr(self, "_last_loaded_step", -1):
             self.vllm_generation.sync_weights()  # every process takes part; the server gets the new weights
@@ -81,24 +96,35 @@ class EpisodeGRPOTrainer(_TRLTrainer):
         with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
                                          gather_deepspeed3_params=self.args.ds3_gather_for_generation) as model:
             played = self.rollouts.play([row["game_id"] for row in inputs], model, self.processing_class,
-                                        round_id, first_index=first)
+                                        round_id, positions=positions)
         stats = [TrajectoryStats.from_record(r.record, self.repeats_at) for r in played]
         rows = [row | {"trajectory": s.as_dict()} for row, s in zip(inputs, stats, strict=True)]
         completions = [[{"role": "assistant", "content": r.record.steps[-1].raw_output if r.record.steps else ""}]
                        for r in played]
         last_turns = [r.turns[-1].completion_ids if r.turns else [] for r in played]
-        # gathered over every process: rewards are normalized within groups that may span processes
+        # gathered over every process in process order: put back in the step's order, as groups are normalized
+        # there (a group's episodes are played by several processes)
         per_func = self._calculate_rewards(rows, [row["prompt"] for row in inputs], completions, last_turns)
+        gathered = [p for q in range(processes) for p in self._positions(len(step), q)]
+        per_func = per_func[torch.argsort(torch.tensor(gathered, device=per_func.device))]
         rewards = (per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
         advantages = group_advantages(rewards, self.num_generations, self.scale_rewards)
-        local = advantages[first:first + len(inputs)]  # TRL's process_slice
+        local = advantages[torch.tensor(positions, device=advantages.device)]
         if self.guided_wins_only:
             local = wins_only_when_guided(local, torch.tensor([r.guided for r in played], device=device))
         self.turn_log.append({"round": round_id, "episodes": [
-            {"index": first + i, "game_id": row["game_id"], "turns": len(r.turns), "advantage": float(a)}
-            for i, (row, r, a) in enumerate(zip(inputs, played, local.tolist(), strict=True))]})
+            {"index": position, "game_id": row["game_id"], "turns": len(r.turns), "advantage": float(a)}
+            for position, row, r, a in zip(positions, inputs, played, local.tolist(), strict=True)]})
         self._log_round(mode, per_func, rewards, stats, played)
         return self._turn_samples(played, local, device)
+
+    def _positions(self, episodes: int, process: int) -> list[int]:
+        """The positions in the step's batch of ``episodes`` that ``process`` plays (see ``layout``)."""
+        processes = self.accelerator.num_processes
+        if self.layout == "balanced":
+            return interleaved(episodes, processes, process)
+        share = episodes // processes  # TRL's process slice
+        return list(range(process * share, (process + 1) * share))
 
     def _turn_samples(self, played: list[Rollout], advantages: torch.Tensor, device: Any) -> dict[str, Any]:
         choices_only = not self.forced_tokens_in_loss
@@ -109,13 +135,20 @@ class EpisodeGRPOTrainer(_TRLTrainer):
                                                                                       device=device)]).unsqueeze(0))
             mean = float(total[:, 0].sum() / total[:, 1].sum())
             advantages = episode_weighted(advantages.to(device), tokens, mean)
+        samples = episode_turns(played, advantages)
+        processes = self.accelerator.num_processes
+        if processes > 1 and self.layout == "balanced":  # every process trains about the same number of tokens
+            everyone = gather_object(samples)
+            shares = deal_by_tokens([len(t.prompt_ids) + len(t.completion_ids) for t, _ in everyone], processes)
+            samples = [everyone[i] for i in shares[self.accelerator.process_index]]
         output = {k: v.to(device) if isinstance(v, torch.Tensor) else v
-                  for k, v in longest_first(turn_samples(played, advantages, self.processing_class.pad_token_id,
+                  for k, v in longest_first(turn_samples(samples, self.processing_class.pad_token_id,
                                                          choices_only=choices_only)).items()}
         # every process needs the global counts: the loss normalizes over all processes' turns and tokens,
         # and all processes must run the same number of micro-batches (TRL's loss logs with collectives)
-        local = torch.tensor([output["prompt_ids"].size(0), int(loss_mask(output).sum())], device=device)
-        counts = self.accelerator.gather(local.unsqueeze(0)).view(-1, 2)
+        real_tokens = int(output["prompt_mask"].sum() + output["completion_mask"].sum())
+        local = torch.tensor([output["prompt_ids"].size(0), int(loss_mask(output).sum()), real_tokens], device=device)
+        counts = self.accelerator.gather(local.unsqueeze(0)).view(-1, 3)
         output["num_items_in_batch"] = counts[:, 1].sum()
         output["global_turns"] = counts[:, 0].sum()
         output["micro_batches"] = torch.ceil(counts[:, 0].max() / self.micro_batch_size).long()
@@ -127,6 +160,8 @@ class EpisodeGRPOTrainer(_TRLTrainer):
         metrics = self._metrics["train" if self.model.training else "eval"]
         metrics["samples/turns"].append(float(output["global_turns"]))
         metrics["samples/micro_batches"].append(float(output["micro_batches"]))
+        # the process with the most tokens sets the step's pace: 1.0 is an even split
+        metrics["samples/token_imbalance"].append(float(counts[:, 2].max() / counts[:, 2].float().mean()))
         return output
 
     def _chunked_logps(self, batch: dict[str, Any], reference: bool = False) -> torch.Tensor:

@@ -8,7 +8,7 @@ token ids, which become the per-turn training samples of GRPO.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,15 +106,16 @@ class RolloutEngine:
         self.bank_label = f"{settings.bank.bank_id}@v{settings.bank.version}"
 
     def play(self, game_ids: list[str], model: Any, tokenizer: Any, round_id: int,
-             first_index: int = 0) -> list[Rollout]:
-        """One episode per entry of ``game_ids`` (repeats of a game are a GRPO group, told apart by seed). The
-        episodes are entries ``first_index``… of the step's global batch (another process plays the others):
-        seeds follow the global position, so the episodes do not depend on the number of processes."""
+             positions: Sequence[int] | None = None) -> list[Rollout]:
+        """One episode per entry of ``game_ids`` (repeats of a game are a GRPO group, told apart by seed), at the
+        given ``positions`` of the step's global batch (default 0, 1, …; other processes play the others): seeds
+        follow the global position, so the episodes do not depend on the number of processes."""
+        positions = list(range(len(game_ids))) if positions is None else list(positions)
         specs = [
             EpisodeSpec(teacher=f"{ModelPolicy.name}-{round_id}", game=self.catalog.get(game_id), mode=Mode.BPE,
-                        seed=first_index + index, max_steps=self.settings.budget.max_steps, prompt_id=self.prompt_set.prompt_id,
+                        seed=position, max_steps=self.settings.budget.max_steps, prompt_id=self.prompt_set.prompt_id,
                         prompt_sha=self.prompt_set.sha256, bank=self.bank_label)
-            for index, game_id in enumerate(game_ids)
+            for position, game_id in zip(positions, game_ids, strict=True)
         ]
         guided = frozenset(spec.episode_id for spec in specs if self.guided(spec.seed, round_id))
         policy = ModelPolicy(self._generator(model, tokenizer), self.sampling, guided=guided)
