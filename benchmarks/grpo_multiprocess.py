@@ -16,13 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from report import RESULTS, write_report
+from report import RESULTS, accelerate_launch, write_report
 
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT = RESULTS / "grpo_multiprocess.json"
@@ -98,20 +96,8 @@ def sft_worker(workdir: Path, out: Path) -> None:
 
 
 def launch(mode: str, processes: int, workdir: Path, out: Path) -> float:
-    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-                        "ACCELERATE_USE_CPU": "true"}
-    # --multi_gpu selects accelerate's torch.distributed launcher; with ACCELERATE_USE_CPU the Trainer runs on
-    # the CPU with the gloo backend (accelerate's --cpu flag would start a single process)
-    command = [sys.executable, "-m", "accelerate.commands.launch", *(["--multi_gpu"] if processes > 1 else []),
-               "--num_processes", str(processes),
-               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
-               str(29500 + processes), str(Path(__file__).resolve()), mode, "--workdir", str(workdir),
-               "--out", str(out)]
-    started = time.perf_counter()
-    done = subprocess.run(command, check=False, env=env, cwd=REPO, capture_output=True, text=True, timeout=1200)
-    if done.returncode:
-        raise RuntimeError(f"{mode} with {processes} processes failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}")
-    return time.perf_counter() - started
+    return accelerate_launch(Path(__file__).resolve(), [mode, "--workdir", str(workdir), "--out", str(out)],
+                             processes, port=29500 + processes)
 
 
 def parameters(folder: Path) -> dict:

@@ -97,3 +97,25 @@ def write_report(path: Path, report: Mapping[str, Any], *, command: str | None =
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(written, indent=indent) + "\n")
     return written
+
+
+def accelerate_launch(script: Path, args: Sequence[str], processes: int, port: int, timeout_s: float = 1200
+                      ) -> float:
+    """Run ``script args`` under ``accelerate launch`` with ``processes`` CPU processes (gloo; fp32), with the
+    repository on the path; the wall seconds it took. A failure raises with the run's last output."""
+    import time
+
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+                        "ACCELERATE_USE_CPU": "true"}
+    # --multi_gpu selects accelerate's torch.distributed launcher; with ACCELERATE_USE_CPU the Trainer runs on
+    # the CPU with the gloo backend (accelerate's --cpu flag would start a single process)
+    command = [sys.executable, "-m", "accelerate.commands.launch", *(["--multi_gpu"] if processes > 1 else []),
+               "--num_processes", str(processes), "--num_machines", "1", "--mixed_precision", "no",
+               "--dynamo_backend", "no", "--main_process_port", str(port), str(script), *args]
+    started = time.perf_counter()
+    done = subprocess.run(command, check=False, env=env, cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout_s)
+    if done.returncode:
+        raise RuntimeError(f"{script.name} {' '.join(args)} with {processes} processes failed:\n"
+                           f"{done.stdout[-3000:]}\n{done.stderr[-6000:]}")
+    return time.perf_counter() - started

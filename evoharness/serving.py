@@ -48,12 +48,19 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+CB_PAGE_TOKENS = 256
+"""Tokens per page of transformers' paged cache (its ``ContinuousBatchingConfig.page_size`` default)."""
+
+
 @dataclass(frozen=True)
 class ServeSettings:
     """How the server runs. ``port`` None: a free one. ``startup_timeout_s`` bounds loading and the first /health.
     ``continuous_batching``: requests in flight decode together (paged attention): with 16 student turns in flight
     1.47× the turns per second of the plain server on 2 CPU cores, with the same greedy completions; no slower with
-    one (``benchmarks/results/serve_throughput.json``)."""
+    one (``benchmarks/results/serve_throughput.json``). ``kv_cache_tokens``: the paged cache's capacity (requests in
+    flight × their longest context); left to transformers, it takes about 90 % of the free memory, on a CPU the
+    machine's RAM (14 GB for the 3.4M student, until another process's allocation had it killed), and a cache of
+    96 pages answered as fast as that one (docs/notebook/2026-12-05.md, fourth session)."""
 
     host: str = "127.0.0.1"
     port: int | None = None
@@ -61,6 +68,7 @@ class ServeSettings:
     startup_timeout_s: float = 600.0
     log_path: Path | None = None
     continuous_batching: bool = True
+    kv_cache_tokens: int = 65_536
     extra_args: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -68,7 +76,8 @@ def serve_command(model_dir: str | Path, host: str, port: int, settings: ServeSe
     """The ``transformers serve`` command line, run by this interpreter (the same environment)."""
     return [sys.executable, "-m", "transformers.cli.transformers", "serve", str(model_dir), "--host", host,
             "--port", str(port), "--device", settings.device, "--log-level", "warning",
-            *(["--continuous-batching"] if settings.continuous_batching else []), *settings.extra_args]
+            *(["--continuous-batching", "--cb-num-blocks", str(-(-settings.kv_cache_tokens // CB_PAGE_TOKENS))]
+              if settings.continuous_batching else []), *settings.extra_args]
 
 
 def serve_env() -> dict[str, str]:

@@ -21,6 +21,8 @@ def serve_command(
     device: Annotated[str, typer.Option(help="cpu, cuda:0 or auto.")] = "cpu",
     continuous_batching: Annotated[bool, typer.Option(help="Decode the requests in flight together (paged "
                                                            "attention).")] = ServeSettings.continuous_batching,
+    kv_cache_tokens: Annotated[int, typer.Option(help="The paged cache's capacity in tokens: requests in flight × "
+                                                      "their longest context.")] = ServeSettings.kv_cache_tokens,
     db: DbOption = None,
 ) -> None:
     """Serve a model version's model folder with `transformers serve` (needs fastapi and uvicorn: the `serve` extra)
@@ -29,7 +31,8 @@ def serve_command(
         version = required_version(wh, model_version)
     try:
         served = ServedModel(version.path, ServeSettings(host=host, port=port, device=device,
-                                                  continuous_batching=continuous_batching)).start()
+                                                  continuous_batching=continuous_batching,
+                                                  kv_cache_tokens=kv_cache_tokens)).start()
     except ServingError as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(1) from None
