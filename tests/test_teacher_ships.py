@@ -63,10 +63,12 @@ def test_serving_refuses_a_folder_without_a_model(tmp_path: Path) -> None:
         ServedModel(tmp_path).start()
 
 
-def test_serving_batches_requests_in_flight_unless_told_not_to() -> None:
-    assert "--continuous-batching" in serve_command("m", "127.0.0.1", 8000, ServeSettings())
-    assert "--continuous-batching" not in serve_command("m", "127.0.0.1", 8000,
-                                                        ServeSettings(continuous_batching=False))
+def test_serving_batches_requests_in_flight_in_a_sized_cache_unless_told_not_to() -> None:
+    command = serve_command("m", "127.0.0.1", 8000, ServeSettings(kv_cache_tokens=1000))
+    assert "--continuous-batching" in command
+    assert command[command.index("--cb-num-blocks") + 1] == "4"  # 1,000 tokens in pages of 256, not the free RAM
+    plain = serve_command("m", "127.0.0.1", 8000, ServeSettings(continuous_batching=False))
+    assert "--continuous-batching" not in plain and "--cb-num-blocks" not in plain
 
 
 @pytest.fixture(scope="module")
