@@ -40,6 +40,8 @@ class EvaluationRunConfig(dg.Config):
                                 "commands already issued in the same state (policy '<version>.no-repeat').")
     engine: str | None = Field(default=DEFAULTS["engine"], description="textworld or fast (None: library "
                                "default).")
+    processes: int = Field(default=DEFAULTS["processes"], description="Processes that share each split's games (a "
+                           "local student: one core each).")
     serve_url: str | None = Field(default=DEFAULTS["serve_url"], description="OpenAI-compatible server serving "
                                   "the version (e.g. http://host:8000/v1); None: play in this process.")
     served_model: str | None = Field(default=DEFAULTS["served_model"], description="Model name on that server "
@@ -64,7 +66,7 @@ def student_evaluation(context: dg.AssetExecutionContext, config: EvaluationRunC
         mode=Mode(config.mode) if config.mode else None, constrain_actions=config.constrain_actions,
         avoid_repeats=config.avoid_repeats,
         max_steps=config.max_steps, max_tokens=config.max_tokens, temperature=config.temperature,
-        concurrency=config.concurrency, engine=config.engine, data_root=alfworld.root(),
+        concurrency=config.concurrency, engine=config.engine, processes=config.processes, data_root=alfworld.root(),
         serve_url=config.serve_url, served_model=config.served_model,
     )
 

@@ -55,6 +55,7 @@ class CollectionConfig:
     max_spend_usd: float | None = None  # this run's cap (the teacher's registry cap applies as well)
     max_consecutive_failures: int = 5  # calls in a row unreachable / key rejected / model missing: stop the run
     preflight: bool = True  # one real call before fanning out (API teachers)
+    shard: tuple[int, int] | None = None  # (i, n): every n-th planned episode from the i-th (one of n processes)
 
     def __post_init__(self) -> None:
         check_collection_config(self)
@@ -79,6 +80,8 @@ def check_collection_config(config: CollectionConfig) -> None:
             raise CollectionConfigError(f"{name} must not be negative (got {amount}); set it to 0 or more")
     if not config.seeds:
         raise CollectionConfigError("seeds is empty; give at least one seed (e.g. 0)")
+    if config.shard is not None and not 0 <= config.shard[0] < config.shard[1]:
+        raise CollectionConfigError(f"shard {config.shard} is not (i, n) with 0 <= i < n")
     if config.engine is not None and config.engine not in ("fast", "textworld"):
         raise CollectionConfigError(f"engine {config.engine!r} is unknown; use fast or textworld")
 
@@ -260,6 +263,8 @@ def collect(
     policy_kind: PolicyKind = "teacher" if model_version is None else "student" if wrap_policy is None else "relabel"
     bank = episode_bank(config, warehouse)
     specs = plan_episodes(config, bank)
+    if config.shard is not None:
+        specs = specs[config.shard[0]::config.shard[1]]
     warehouse.upsert_games(spec.game.as_row() for spec in {s.game.game_id: s for s in specs}.values())
     done = warehouse.finished_episode_ids(config.teacher)
     guard = RunGuard(spend_caps(teacher, config, warehouse), config.max_consecutive_failures)

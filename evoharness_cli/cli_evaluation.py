@@ -40,6 +40,8 @@ def evaluate_command(
                                                      "same state: observation and admissible commands (episodes "
                                                      "stored as the policy '<version>.no-repeat').")] = False,
     engine: Annotated[str | None, typer.Option(help="textworld or fast (default: the library default).")] = None,
+    processes: Annotated[int, typer.Option(help="Processes that share each split's games (a local student: one "
+                                                "core each).")] = 1,
     serve_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server serving the version (vllm serve, "
                                                        "SGLang, TGI), e.g. http://host:8000/v1 [default: play "
                                                        "in this process].")] = None,
@@ -52,7 +54,7 @@ def evaluate_command(
     config = EvaluationConfig(model_version=model_version, splits=tuple(split or EVAL_SPLITS), limit=limit,
                               mode=mode, max_steps=max_steps, max_tokens=max_tokens, concurrency=concurrency,
                               engine=engine, constrain_actions=constrain_actions, avoid_repeats=avoid_repeats,
-                              serve_url=serve_url, served_model=served_model)
+                              processes=processes, serve_url=serve_url, served_model=served_model)
     quiet_third_party()
     with Warehouse(db or default_db_path()) as wh, progress_reporter(f"{config.policy} evaluation") as update:
         current = {"split": ""}

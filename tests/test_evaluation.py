@@ -49,6 +49,25 @@ def test_student_plays_through_the_harness_and_reads_beside_its_teacher(curated_
     assert [(row[0], row[3], row[7]) for row in shorter.rows if row[2] == "ALL"] == [(version.model_version, 2, 2.0)]
 
 
+def test_processes_share_a_splits_games_and_write_what_one_process_would(curated_db: Path, tmp_path: Path) -> None:
+    """Two processes play every second game each, into the same warehouse file: each game once, with its progress
+    relayed as one count; a one-process rerun then finds every episode stored."""
+    quick = QUICK | {"limit": 4}
+    with Warehouse(curated_db) as wh:
+        version = train_sft_version(wh, teacher_datasets(wh, "expert")[0], TINY_TRAINING, tmp_path, "train")
+        seen: list[tuple[int, int]] = []
+        shared = evaluate(wh, EvaluationConfig(model_version=version.model_version, processes=2, **quick), "two",
+                          on_progress=lambda split, done, total, record: seen.append((done, total)))
+        again = evaluate(wh, EvaluationConfig(model_version=version.model_version, **quick), "one")
+        stored = wh.con.execute("SELECT count(DISTINCT game_id), count(*), sum(n_steps) FROM episodes "
+                                "WHERE teacher = ?", [version.model_version]).fetchone()
+    played = shared.by_split["valid_seen"]
+    assert (played.planned, played.written, len(played.records)) == (4, 4, 4)
+    assert sorted(done for done, _ in seen) == [1, 2, 3, 4] and seen[-1][0] <= 4
+    assert again.by_split["valid_seen"].skipped == 4 and again.by_split["valid_seen"].written == 0
+    assert stored == (4, 4, 12)
+
+
 def test_a_decoding_without_repeats_is_its_own_policy_of_the_same_version(curated_db: Path, tmp_path: Path) -> None:
     with Warehouse(curated_db) as wh:
         version = train_sft_version(wh, teacher_datasets(wh, "expert")[0], TINY_TRAINING, tmp_path, "train")

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, model_validator
 from evoharness.agents.records import EpisodeRecord
 from evoharness.artifacts import verify_artifact
 from evoharness.collection import CollectionConfig, CollectionResult, collect
+from evoharness.collection_processes import collect_in_processes
 from evoharness.errors import UnknownModelVersionError
 from evoharness.harness.prompts import Mode
 from evoharness.teachers.registry import Provider, TeacherRegistry, TeacherSpec
@@ -46,6 +47,8 @@ class EvaluationConfig(BaseModel):
     concurrency: int = Field(default=16, ge=1, description="Episodes in flight; their turns generate as one batch.")
     engine: str | None = None
     workers: int | None = None
+    processes: int = Field(default=1, ge=1, description=(
+        "Processes that share each split's games (a local student: one core each)."))
     data_root: str | None = None
     serve_url: str | None = Field(default=None, description=(
         "An OpenAI-compatible server (vllm serve, SGLang, TGI) serving the version, e.g. http://host:8000/v1; "
@@ -123,8 +126,13 @@ def evaluate(wh: Warehouse, config: EvaluationConfig, run_id: str,
         )
         progress = None if on_progress is None else (
             lambda done, total, record, split=split: on_progress(split, done, total, record))
-        by_split[split] = collect(collection, wh, run_id, on_progress=progress, registry=registry,
-                                  model_version=config.model_version)
+        if config.processes > 1:
+            wh.release()  # the processes write the file between them
+            by_split[split] = collect_in_processes(collection, wh.path, run_id, config.processes, registry,
+                                                   config.model_version, progress)
+        else:
+            by_split[split] = collect(collection, wh, run_id, on_progress=progress, registry=registry,
+                                      model_version=config.model_version)
     columns, rows = wh.query("policy_evaluation_for", policy=spec.name, model_version=config.model_version,
                              mode=mode.value, max_steps=config.max_steps)
     return EvaluationResult(config.model_version, by_split, columns, rows, mode, spec.name)

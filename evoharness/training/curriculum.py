@@ -44,7 +44,7 @@ def curriculum_evaluation(model_version: str, curriculum: CurriculumSettings, gr
     """The parent's greedy play that makes the curriculum: its first ``curriculum.limit`` train games at GRPO's
     episode budget."""
     return EvaluationConfig(model_version=model_version, splits=("train",), limit=curriculum.limit,
-                            max_steps=grpo.episode_steps, data_root=data_root)
+                            max_steps=grpo.episode_steps, processes=curriculum.processes, data_root=data_root)
 
 
 def play_curriculum(wh: Warehouse, model_version: str, curriculum: CurriculumSettings, grpo: GRPOSettings,

@@ -45,6 +45,7 @@ class CurriculumSettings(BaseModel):
 
     limit: int = Field(default=200, ge=1, description="First N train games the SFT student plays (dev games are "
                        "never train games).")
+    processes: int = Field(default=1, ge=1, description="Processes that share the games (one core each).")
 
 
 SECTIONS: dict[str, type[BaseModel]] = {"sft": SFTSettings, "curriculum": CurriculumSettings,
