@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Issue #26 item 4: the README's "When a new teacher ships" with the small recipe's GRPO student as the teacher.
+# Serve it, register it --auto-distill, and let the Dagster daemon's sensors do the rest (collection through the
+# openai SDK, consolidation, curation, the small recipe, both evaluations); then record the row (recipes.py: dev and
+# held-out play of both versions, wall seconds from the instance's event log) and the teacher's own held-out play.
+# Resumable: rerun after a kill.
+#
+#     RUNS=/path/to/runs bash benchmarks/teacher_ships.sh >> teacher_ships.log 2>&1
+#
+# RUNS holds recipes/ (warehouse.duckdb, dagster_home, models: the small recipe's run through Dagster, as
+# `benchmarks/recipes.py --via dagster --recipe small` leaves it). Logs go to $RUNS/teacher_ships_*.log.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS="${RUNS:?set RUNS to the folder holding recipes/ (the small recipe: warehouse and Dagster instance)}"
+export ALFWORLD_DATA="${ALFWORLD_DATA:-$(cd .. && pwd)/shared/alfworld}" EVOHARNESS_DB=$RUNS/recipes/warehouse.duckdb \
+       DAGSTER_HOME=$RUNS/recipes/dagster_home OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 ACCELERATE_USE_CPU=true \
+       DAGSTER_DISABLE_TELEMETRY=1 EVOHARNESS_TEACHERS=$RUNS/recipes/teachers.yaml \
+       EVOHARNESS_TRAIN_LAUNCH="accelerate launch --config_file configs/accelerate/multi_cpu.yaml" \
+       PYTHONPATH=$(pwd)
+TEACHER=student-teacher PORT=8011
+[ -f "$EVOHARNESS_TEACHERS" ] || cp teachers.yaml "$EVOHARNESS_TEACHERS"
+VERSION=$(python -c "
+from warehouse import Warehouse, default_db_path
+with Warehouse(default_db_path(), read_only=True) as wh:
+    print(wh.query('newest_model_version', teacher='expert', stage='grpo')[1][0][0])")
+echo "=== $(date -u) serving $VERSION"
+setsid evoharness serve --model-version "$VERSION" --port $PORT > $RUNS/teacher_ships_serve.log 2>&1 &
+SERVER=$!
+trap 'kill -- -$SERVER 2>/dev/null; [ -n "${DAEMON:-}" ] && kill -- -$DAEMON 2>/dev/null; true' EXIT
+until grep -q "register it" $RUNS/teacher_ships_serve.log; do sleep 5; kill -0 $SERVER; done
+MODEL=$(python -c "
+from warehouse import Warehouse, default_db_path
+from evoharness.training.model_versions import required_version
+with Warehouse(default_db_path(), read_only=True) as wh:
+    print(required_version(wh, '$VERSION').path)")
+if ! grep -q "name: $TEACHER" "$EVOHARNESS_TEACHERS"; then
+  evoharness teacher add $TEACHER --provider openai_compatible --model "$MODEL" --base-url http://127.0.0.1:$PORT/v1 \
+      --price-in 0 --price-out 0 --prompt-template alfworld/bpe_student --max-tokens 64 --max-concurrency 16 \
+      --auto-distill --max-spend-usd 1
+fi
+# A run that the previous session's end killed stays STARTED (the default run launcher has no run monitoring): with
+# no Dagster process alive, mark it failed; its stages resume below, in process (recipes.py --via dagster).
+STATE=$(python - <<'PY'
+import subprocess
+import dagster as dg
+with dg.DagsterInstance.get() as instance:
+    runs = instance.get_runs(dg.RunsFilter(job_name="distill_teacher", tags={"dagster/partition": "student-teacher"}))
+    alive = subprocess.run(["pgrep", "-f", "dagster"], capture_output=True).stdout.strip()
+    if runs and runs[0].status in (dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING) and not alive:
+        instance.report_run_failed(runs[0], "its process was killed (the session ended); resumed by a new run")
+    print("none" if not runs else "resume")
+PY
+)
+if [ "$STATE" = none ]; then
+echo "=== $(date -u) daemon"
+setsid dagster-daemon run -m pipelines.definitions > $RUNS/teacher_ships_daemon.log 2>&1 &
+DAEMON=$!
+python - <<'PY'
+# wait until the teacher's distillation succeeded and both new versions have an evaluation
+import sys, time
+import dagster as dg
+with dg.DagsterInstance.get() as instance:
+    while True:
+        runs = instance.get_runs(dg.RunsFilter(job_name="distill_teacher", tags={"dagster/partition": "student-teacher"}))
+        if runs and runs[0].status == dg.DagsterRunStatus.FAILURE:
+            sys.exit(f"distill_teacher failed: run {runs[0].run_id}")
+        if runs and runs[0].status == dg.DagsterRunStatus.SUCCESS:
+            from warehouse import Warehouse, default_db_path
+            with Warehouse(default_db_path(), read_only=True, lock_wait_s=300) as wh:
+                versions = [r[0] for r in wh.con.execute(
+                    "SELECT model_version FROM model_versions WHERE teacher = 'student-teacher'").fetchall()]
+            evaluated = instance.get_materialized_partitions(dg.AssetKey("student_evaluation"))
+            if len(versions) == 2 and all(v in evaluated for v in versions):
+                print("distilled and evaluated:", versions, flush=True)
+                break
+        time.sleep(60)
+PY
+kill -- -$DAEMON; DAEMON=
+fi
+echo "=== $(date -u) the row"
+python benchmarks/recipes.py --via dagster --recipe small --teacher $TEACHER
+echo "=== $(date -u) the teacher on the held-out splits, through the server"
+for split in valid_seen valid_unseen; do evoharness collect --teacher $TEACHER --split $split --max-steps 70; done
+echo "=== $(date -u) done"
