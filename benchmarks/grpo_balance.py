@@ -9,7 +9,8 @@ guided groups and budget); then the same GRPO job trains on those recorded episo
 --num_processes 2`` in each layout, the layouts alternating ``--repeats`` times. Both layouts train the same
 episodes, so the loss and the update must agree (float order); the rollout phase is left out of the timing (the
 recorded episodes replay instantly) and is reported as each process's share of the episodes' turns, which is what
-its generation time follows. Writes ``benchmarks/results/grpo_balance.json``.
+its generation time follows. A rerun with the same ``--workdir`` keeps the recording and the finished runs. Writes
+``benchmarks/results/grpo_balance.json``.
 """
 
 from __future__ import annotations
@@ -104,10 +105,14 @@ def compare(model: str, games: list[str], steps: int, repeats: int, workdir: Pat
     for repeat in range(repeats):  # alternating, so drift in the machine's load hits both
         for layout in LAYOUTS:
             out = workdir / f"{layout}-{repeat}"
-            seconds = accelerate_launch(Path(__file__).resolve(), [
-                "worker", "--model", model, "--rollouts", str(rollouts), "--steps", str(steps), "--layout", layout,
-                "--out", str(out), "--games", *games], processes=2, port=29610 + repeat)
-            run = json.loads((out / "run.json").read_text()) | {"wall_seconds": round(seconds, 1)}
+            done = out / "run.json"
+            if not (done.exists() and "wall_seconds" in json.loads(done.read_text())):  # a rerun keeps finished runs
+                seconds = accelerate_launch(Path(__file__).resolve(), [
+                    "worker", "--model", model, "--rollouts", str(rollouts), "--steps", str(steps), "--layout",
+                    layout, "--out", str(out), "--games", *games], processes=2, port=29610 + repeat,
+                    timeout_s=4 * 3600)
+                done.write_text(json.dumps(json.loads(done.read_text()) | {"wall_seconds": round(seconds, 1)}))
+            run = json.loads(done.read_text())
             runs[layout].append(run)
             print(layout, repeat, {k: v for k, v in run.items() if k != "rollout_turns"}, flush=True)
     final = {layout: load_file(str(workdir / f"{layout}-0" / "model" / "model.safetensors")) for layout in LAYOUTS}
