@@ -97,10 +97,11 @@ def compare(model: str, games: list[str], steps: int, repeats: int, workdir: Pat
 
     rollouts = workdir / "rollouts.pkl"
     workdir.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
+    recording: dict[str, float] = {}
     if not rollouts.exists():  # a rerun with the same --workdir replays the episodes it recorded
+        started = time.perf_counter()
         record(model, games, steps, rollouts)
-    recording = time.perf_counter() - started
+        recording["recording_seconds"] = round(time.perf_counter() - started, 1)
     runs: dict[str, list[dict[str, Any]]] = {layout: [] for layout in LAYOUTS}
     for repeat in range(repeats):  # alternating, so drift in the machine's load hits both
         for layout in LAYOUTS:
@@ -136,7 +137,7 @@ def compare(model: str, games: list[str], steps: int, repeats: int, workdir: Pat
     return {
         "model": model, "games": games, "steps": steps, "repeats": repeats, "processes": 2,
         "recorded_turns": sum(sum(e["turns"] for e in r["rollout_turns"]) for r in runs["balanced"][:1]),
-        "recording_seconds": round(recording, 1), "layouts": summary,
+        **recording, "layouts": summary,
         "ratio_step_seconds": round(summary["contiguous"]["step_seconds_mean"]
                                     / summary["balanced"]["step_seconds_mean"], 2),
         "max_loss_gap": loss_gap, "max_parameter_gap": update_gap,
