@@ -58,9 +58,9 @@ class ServeSettings:
     ``continuous_batching``: requests in flight decode together (paged attention): with 16 student turns in flight
     1.47× the turns per second of the plain server on 2 CPU cores, with the same greedy completions; no slower with
     one (``benchmarks/results/serve_throughput.json``). ``kv_cache_tokens``: the paged cache's capacity (requests in
-    flight × their longest context); left to transformers, it takes about 90 % of the free memory, on a CPU the
-    machine's RAM (14 GB for the 3.4M student, until another process's allocation had it killed), and a cache of
-    96 pages answered as fast as that one (docs/notebook/2026-12-05.md, fourth session)."""
+    flight × their longest context); left to transformers, the cache takes about 90 % of the free memory, on a CPU
+    the machine's RAM, and the server is killed when another process needs it; a sized cache answers as fast
+    (``docs/results.md``, "A GRPO step's passes and a served student")."""
 
     host: str = "127.0.0.1"
     port: int | None = None
