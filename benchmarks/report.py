@@ -19,6 +19,7 @@ import platform
 import shlex
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -103,8 +104,6 @@ def accelerate_launch(script: Path, args: Sequence[str], processes: int, port: i
                       ) -> float:
     """Run ``script args`` under ``accelerate launch`` with ``processes`` CPU processes (gloo; fp32), with the
     repository on the path; the wall seconds it took. A failure raises with the run's last output."""
-    import time
-
     env = os.environ | {"PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
                         "ACCELERATE_USE_CPU": "true"}
     # --multi_gpu selects accelerate's torch.distributed launcher; with ACCELERATE_USE_CPU the Trainer runs on
