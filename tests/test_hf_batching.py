@@ -143,3 +143,46 @@ def test_sampled_continuous_turns_keep_to_the_constraint(continuous: BatchGenera
     for completion in continuous.run_batch(prompts, sampling, list(constraints)):
         turn = parse_turn(continuous.tokenizer.decode(completion, skip_special_tokens=True))
         assert turn.error is None and turn.action in COMMANDS
+
+
+def _generate_all(generator: BatchGenerator) -> list[list[int]]:
+    async def play() -> list[list[int]]:
+        return list(await asyncio.gather(*(generator.generate(p, GREEDY) for p in _turn_prompts(generator)[:3])))
+
+    return asyncio.run(play())
+
+
+def test_an_idle_worker_frees_its_decoder_before_it_counts_as_ended(continuous: BatchGenerator,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker freeing tensors after it counts as ended can outlive the interpreter's shutdown (and abort it)."""
+    import threading
+    import time
+    import weakref
+
+    from evoharness.teachers.clients import hf_batching
+
+    worker_alive_at_free: list[bool] = []
+    make = continuous._decoder
+
+    def tracked() -> Any:
+        decoder = make()
+        weakref.finalize(decoder, lambda: worker_alive_at_free.append(continuous._worker is not None))
+        return decoder
+
+    monkeypatch.setattr(continuous, "_decoder", tracked)
+    monkeypatch.setattr(hf_batching, "IDLE_SECONDS", 0.05)
+    _generate_all(continuous)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(t.name == "continuous-decoder" for t in threading.enumerate()):
+        time.sleep(0.01)
+    assert continuous._worker is None and worker_alive_at_free == [True]
+
+
+def test_stopping_the_worker_waits_for_it_and_the_next_turn_starts_another(continuous: BatchGenerator) -> None:
+    first = _generate_all(continuous)
+    worker = continuous._worker
+    assert worker is not None and worker.is_alive()
+    continuous.stop_worker()
+    assert not worker.is_alive() and continuous._worker is None
+    assert _generate_all(continuous) == first
+    continuous.stop_worker()

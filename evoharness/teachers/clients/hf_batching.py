@@ -17,7 +17,9 @@ them from a worker thread in one of two ways (``engine``):
 from __future__ import annotations
 
 import asyncio
+import atexit
 import threading
+import weakref
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -27,6 +29,8 @@ from evoharness.teachers.clients.constrained import ActionConstraint
 Engine = Literal["continuous", "batch"]
 IDLE_SECONDS = 2.0
 """A continuous worker thread with nothing to do for this long ends (the next request starts another)."""
+_WITH_WORKERS: weakref.WeakValueDictionary[int, BatchGenerator] = weakref.WeakValueDictionary()
+"""Generators that started a worker thread: each is stopped before the interpreter shuts down (:func:`_stop_workers`)."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,7 @@ class BatchGenerator:
     _queue: deque[Any] = field(default_factory=deque)  # continuous: rows waiting for a slot
     _wake: threading.Condition = field(default_factory=threading.Condition)
     _worker: threading.Thread | None = None
+    _stopping: bool = False
     decoder_stats: list[Any] = field(default_factory=list)  # continuous: each decoder's DecoderStats
 
     def continuous_ready(self) -> bool:
@@ -136,6 +141,7 @@ class BatchGenerator:
             if self._worker is None:
                 self._worker = threading.Thread(target=self._serve, name="continuous-decoder", daemon=True)
                 self._worker.start()
+                _WITH_WORKERS[id(self)] = self
             self._wake.notify()
 
     def _decoder(self) -> Any:
@@ -153,7 +159,8 @@ class BatchGenerator:
         while True:
             with self._wake:
                 while not self._queue and not decoder.rows:
-                    if not self._wake.wait(timeout=IDLE_SECONDS) and not self._queue:
+                    if self._stopping or (not self._wake.wait(timeout=IDLE_SECONDS) and not self._queue):
+                        del decoder  # its tensors freed before the thread counts as ended (see stop_worker)
                         self._worker = None
                         return
                 admitted = [self._queue.popleft() for _ in range(min(decoder.free, len(self._queue)))]
@@ -163,6 +170,19 @@ class BatchGenerator:
                     decoder.step()
             except Exception as exc:  # noqa: BLE001 - not swallowed: every row in flight gets it
                 decoder.fail(exc, admitted)
+
+    def stop_worker(self) -> None:
+        """End the worker thread once the turns in flight are delivered, and wait for it. A daemon thread that frees
+        tensors while the interpreter shuts down aborts the process ("terminate called without an active
+        exception": torch releases the GIL to free them and the thread is unwound when it takes it back), so every
+        worker is stopped at exit, and a worker frees its decoder before it counts as ended."""
+        with self._wake:
+            worker, self._stopping = self._worker, True
+            self._wake.notify()
+        if worker is not None:
+            worker.join()
+        with self._wake:
+            self._stopping = False
 
     def run_batch(self, prompts: list[list[int]], sampling: Sampling,
                   constraints: list[ActionConstraint | None] | None = None) -> list[list[int]]:
@@ -254,3 +274,10 @@ def _allowed_tokens(constraints: list[ActionConstraint | None] | None, width: in
         return [eos] if eos in generated else constraint.allowed(generated)
 
     return allowed
+
+
+@atexit.register
+def _stop_workers() -> None:
+    """Stop every live generator's worker thread before the interpreter shuts down (see ``stop_worker``)."""
+    for generator in list(_WITH_WORKERS.values()):
+        generator.stop_worker()
