@@ -24,7 +24,7 @@ from warehouse import Warehouse, default_db_path
 with Warehouse(default_db_path(), read_only=True) as wh:
     print(wh.query('newest_model_version', teacher='expert', stage='grpo')[1][0][0])")
 echo "=== $(date -u) serving $VERSION"
-setsid evoharness serve --model-version "$VERSION" --port $PORT > $RUNS/teacher_ships_serve.log 2>&1 &
+setsid evoharness serve --model-version "$VERSION" --port $PORT --threads 2 > $RUNS/teacher_ships_serve.log 2>&1 &
 SERVER=$!
 trap 'kill -- -$SERVER 2>/dev/null; [ -n "${DAEMON:-}" ] && kill -- -$DAEMON 2>/dev/null; true' EXIT
 until grep -q "register it" $RUNS/teacher_ships_serve.log; do sleep 5; kill -0 $SERVER; done

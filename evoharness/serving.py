@@ -60,7 +60,8 @@ class ServeSettings:
     one (``benchmarks/results/serve_throughput.json``). ``kv_cache_tokens``: the paged cache's capacity (requests in
     flight × their longest context); left to transformers, the cache takes about 90 % of the free memory, on a CPU
     the machine's RAM, and the server is killed when another process needs it; a sized cache answers as fast
-    (``docs/results.md``, "A GRPO step's passes and a served student")."""
+    (``docs/results.md``, "A GRPO step's passes and a served student"). ``threads``: the server's torch threads
+    (its ``OMP_NUM_THREADS``); None: this process's setting."""
 
     host: str = "127.0.0.1"
     port: int | None = None
@@ -69,6 +70,7 @@ class ServeSettings:
     log_path: Path | None = None
     continuous_batching: bool = True
     kv_cache_tokens: int = 65_536
+    threads: int | None = None
     extra_args: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -80,9 +82,10 @@ def serve_command(model_dir: str | Path, host: str, port: int, settings: ServeSe
               if settings.continuous_batching else []), *settings.extra_args]
 
 
-def serve_env() -> dict[str, str]:
-    """The child's environment: offline (a local folder needs no hub) and no update check on start."""
-    return os.environ | {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_UPDATE_CHECK": "1", "PYTHONUNBUFFERED": "1"}
+def serve_env(settings: ServeSettings) -> dict[str, str]:
+    """The child's environment: offline (a local folder needs no hub), no update check on start, its threads."""
+    threads = {} if settings.threads is None else {"OMP_NUM_THREADS": str(settings.threads)}
+    return os.environ | {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_UPDATE_CHECK": "1", "PYTHONUNBUFFERED": "1"} | threads
 
 
 class ServedModel:
@@ -121,7 +124,8 @@ class ServedModel:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self._process = subprocess.Popen(
-                serve_command(self.model_dir, self.settings.host, self.port, self.settings), env=serve_env(),
+                serve_command(self.model_dir, self.settings.host, self.port, self.settings),
+                env=serve_env(self.settings),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             self._wait_healthy()

@@ -23,6 +23,8 @@ def serve_command(
                                                            "attention).")] = ServeSettings.continuous_batching,
     kv_cache_tokens: Annotated[int, typer.Option(help="The paged cache's capacity in tokens: requests in flight × "
                                                       "their longest context.")] = ServeSettings.kv_cache_tokens,
+    threads: Annotated[int | None, typer.Option(help="The server's torch threads (its OMP_NUM_THREADS); default: "
+                                                     "this shell's.")] = ServeSettings.threads,
     db: DbOption = None,
 ) -> None:
     """Serve a model version's model folder with `transformers serve` (needs fastapi and uvicorn: the `serve` extra)
@@ -32,7 +34,7 @@ def serve_command(
     try:
         served = ServedModel(version.path, ServeSettings(host=host, port=port, device=device,
                                                   continuous_batching=continuous_batching,
-                                                  kv_cache_tokens=kv_cache_tokens)).start()
+                                                  kv_cache_tokens=kv_cache_tokens, threads=threads)).start()
     except ServingError as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(1) from None

@@ -20,7 +20,14 @@ import dagster as dg
 import duckdb
 import pytest
 
-from evoharness.serving import ServedModel, ServeSettings, ServingError, missing_serve_modules, serve_command
+from evoharness.serving import (
+    ServedModel,
+    ServeSettings,
+    ServingError,
+    missing_serve_modules,
+    serve_command,
+    serve_env,
+)
 from tests.conftest import OVERFIT_SETTINGS, tiny_sft_settings, write_recipe
 
 needs_serve = pytest.mark.skipif(bool(missing_serve_modules()), reason=(
@@ -69,6 +76,12 @@ def test_serving_batches_requests_in_flight_in_a_sized_cache_unless_told_not_to(
     assert command[command.index("--cb-num-blocks") + 1] == "4"  # 1,000 tokens in pages of 256, not the free RAM
     plain = serve_command("m", "127.0.0.1", 8000, ServeSettings(continuous_batching=False))
     assert "--continuous-batching" not in plain and "--cb-num-blocks" not in plain
+
+
+def test_the_server_runs_the_threads_it_is_given_else_the_caller_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert serve_env(ServeSettings(threads=2))["OMP_NUM_THREADS"] == "2"
+    assert serve_env(ServeSettings())["OMP_NUM_THREADS"] == "1"
 
 
 @pytest.fixture(scope="module")
