@@ -138,6 +138,11 @@ def success(version: str, split: str) -> dict[str, Any] | None:
     return {"episodes": rows[0][0], "success": rows[0][1]} if rows else None
 
 
+def same_run(row: dict[str, Any]) -> tuple[str, str, str]:
+    """What makes two rows one run: the path, the teacher and the versions it trained."""
+    return row["via"], row["teacher"], json.dumps(row["model_versions"], sort_keys=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--via", choices=("dagster", "cli"), required=True)
@@ -172,8 +177,9 @@ def main() -> None:
            "wall_seconds": seconds, **({"attempts": attempts} if attempts else {}), **report.commit(),
            "command": report.command_line()}
     earlier = json.loads(RESULTS.read_text())["runs"] if RESULTS.is_file() else []
+    kept = [r for r in earlier if same_run(r) != same_run(row)]  # a rerun of the same versions replaces its row
     report.write_report(RESULTS, {"command": "python benchmarks/recipes.py --via dagster|cli --recipe NAME",
-                                  "runs": [*earlier, row]})
+                                  "runs": [*kept, row]})
     print(json.dumps(row, indent=1))
 
 
