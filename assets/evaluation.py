@@ -40,8 +40,9 @@ class EvaluationRunConfig(dg.Config):
                                 "commands already issued in the same state (policy '<version>.no-repeat').")
     engine: str | None = Field(default=DEFAULTS["engine"], description="textworld or fast (None: library "
                                "default).")
-    processes: int = Field(default=DEFAULTS["processes"], description="Processes that share each split's games (a "
-                           "local student: one core each).")
+    processes: int | None = Field(default=DEFAULTS["processes"], description="Processes that share each split's "
+                                  "games (a local student: one core each); None: one per core, as many as fit in "
+                                  "half the memory.")
     serve_url: str | None = Field(default=DEFAULTS["serve_url"], description="OpenAI-compatible server serving "
                                   "the version (e.g. http://host:8000/v1); None: play in this process.")
     served_model: str | None = Field(default=DEFAULTS["served_model"], description="Model name on that server "

@@ -40,8 +40,9 @@ def evaluate_command(
                                                      "same state: observation and admissible commands (episodes "
                                                      "stored as the policy '<version>.no-repeat').")] = False,
     engine: Annotated[str | None, typer.Option(help="textworld or fast (default: the library default).")] = None,
-    processes: Annotated[int, typer.Option(help="Processes that share each split's games (a local student: one "
-                                                "core each).")] = 1,
+    processes: Annotated[int | None, typer.Option(help="Processes that share each split's games (a local student: "
+                                                       "one core each) [default: one per core, as many as fit in "
+                                                       "half the memory].")] = None,
     serve_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server serving the version (vllm serve, "
                                                        "SGLang, TGI), e.g. http://host:8000/v1 [default: play "
                                                        "in this process].")] = None,

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field, model_validator
 from evoharness.agents.records import EpisodeRecord
 from evoharness.artifacts import verify_artifact
 from evoharness.collection import CollectionConfig, CollectionResult, collect
-from evoharness.collection_processes import collect_in_processes
+from evoharness.collection_processes import collect_in_processes, local_processes
 from evoharness.errors import UnknownModelVersionError
 from evoharness.harness.prompts import Mode
 from evoharness.teachers.registry import Provider, TeacherRegistry, TeacherSpec
@@ -47,8 +47,10 @@ class EvaluationConfig(BaseModel):
     concurrency: int = Field(default=16, ge=1, description="Episodes in flight; their turns generate as one batch.")
     engine: str | None = None
     workers: int | None = None
-    processes: int = Field(default=1, ge=1, description=(
-        "Processes that share each split's games (a local student: one core each)."))
+    processes: int | None = Field(default=None, ge=1, description=(
+        "Processes that share each split's games (a local student: one core each). None: a local student plays "
+        "in one per core, as many as fit in half the memory and have `concurrency` games each "
+        "(collection_processes.local_processes); a served one in 1."))
     data_root: str | None = None
     serve_url: str | None = Field(default=None, description=(
         "An OpenAI-compatible server (vllm serve, SGLang, TGI) serving the version, e.g. http://host:8000/v1; "
@@ -116,6 +118,8 @@ def evaluate(wh: Warehouse, config: EvaluationConfig, run_id: str,
     """Play ``config.model_version`` on each split (resumable: finished episodes are kept) and summarise."""
     spec, bank_version = student_policy(wh, config)
     mode = spec.mode  # the mode asked for, or the one the student trained in
+    processes = config.processes or (local_processes(spec.model, config.limit, config.concurrency)
+                                     if spec.provider is Provider.LOCAL_HF and spec.model else 1)
     registry = TeacherRegistry([spec])
     by_split: dict[str, CollectionResult] = {}
     for split in config.splits:
@@ -126,9 +130,9 @@ def evaluate(wh: Warehouse, config: EvaluationConfig, run_id: str,
         )
         progress = None if on_progress is None else (
             lambda done, total, record, split=split: on_progress(split, done, total, record))
-        if config.processes > 1:
+        if processes > 1:
             wh.release()  # the processes write the file between them
-            by_split[split] = collect_in_processes(collection, wh.path, run_id, config.processes, registry,
+            by_split[split] = collect_in_processes(collection, wh.path, run_id, processes, registry,
                                                    config.model_version, progress)
         else:
             by_split[split] = collect(collection, wh, run_id, on_progress=progress, registry=registry,

@@ -45,7 +45,8 @@ class CurriculumSettings(BaseModel):
 
     limit: int = Field(default=200, ge=1, description="First N train games the SFT student plays (dev games are "
                        "never train games).")
-    processes: int = Field(default=1, ge=1, description="Processes that share the games (one core each).")
+    processes: int | None = Field(default=None, ge=1, description="Processes that share the games (one core "
+                                  "each); None: as evaluation chooses (EvaluationConfig.processes).")
 
 
 SECTIONS: dict[str, type[BaseModel]] = {"sft": SFTSettings, "curriculum": CurriculumSettings,
