@@ -17,6 +17,7 @@ from pipelines.sensors import (
     evaluate_student_job,
     new_model_version_sensor,
     new_teacher_sensor,
+    orphaned_run_sensor,
 )
 
 ASSET_MODULES = [assets.games, assets.episodes, assets.consolidation, assets.curation, assets.training,
@@ -28,5 +29,5 @@ defs = dg.Definitions(
     resources={"warehouse": WarehouseResource(), "alfworld": AlfworldResource(), "students": StudentResource(),
                "training": TrainingLauncher(), "pipes_client": dg.PipesSubprocessClient()},
     jobs=[distill_teacher_job, evaluate_student_job],
-    sensors=[new_teacher_sensor, new_model_version_sensor],
+    sensors=[new_teacher_sensor, new_model_version_sensor, orphaned_run_sensor],
 )

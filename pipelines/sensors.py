@@ -8,7 +8,8 @@ why. A run is collection on ``distill_games`` train games, consolidation, curati
 (the recipe of the ``students`` resource), each gated by
 its blocking checks; the new model versions then become evaluation runs (``new_model_version_sensor``). The
 run key carries the entry's sha, so an edited entry is requested again but a failed run is not retried in a
-loop (rerun it from the UI; every stage resumes where it stopped).
+loop (rerun it from the UI; every stage resumes where it stopped). A run whose process is gone (a killed machine
+or session) is marked failed and started again by ``orphaned_run_sensor``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import duckdb
 
 from evoharness.teachers.preflight import run_preflight
 from evoharness.teachers.registry import TeacherRegistry, TeacherSpec
+from pipelines.orphans import orphan_reason, resume_request
 from pipelines.partitions import (
     MODEL_VERSION_PARTITIONS_NAME,
     TEACHER_PARTITIONS_NAME,
@@ -170,3 +172,30 @@ def new_model_version_sensor(context: dg.SensorEvaluationContext, warehouse: War
         run_requests=requests,
         dynamic_partitions_requests=[model_version_partitions.build_add_request(missing)] if missing else [],
     )
+
+
+@dg.sensor(
+    jobs=[distill_teacher_job, evaluate_student_job],
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="A distillation or evaluation run whose process is gone (a killed machine, session or OOM) is "
+                "marked failed and started again with the same partition and config; every stage resumes what "
+                "is stored (at most 3 times in a row).",
+)
+def orphaned_run_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+    requests = []
+    for job in (distill_teacher_job, evaluate_student_job):
+        started = context.instance.get_runs(dg.RunsFilter(job_name=job.name, statuses=[dg.DagsterRunStatus.STARTED]))
+        for run in started:
+            reason = orphan_reason(context.instance, run)
+            if reason is None:
+                continue
+            request = resume_request(run)
+            context.instance.report_run_failed(run, f"{reason}; " + (
+                "started again" if request else "not started again: it was resumed 3 times in a row; rerun it "
+                "by hand once its cause is fixed"))
+            if request is not None:
+                requests.append(request)
+    if not requests:
+        return dg.SensorResult(skip_reason="no run has lost its process")
+    return dg.SensorResult(run_requests=requests)

@@ -1,0 +1,90 @@
+"""A run whose process is gone (its machine or session killed) is marked failed and started again with the same
+partition, config and tags; a run whose process lives, or that ran on another host, is left alone, and a run
+resumed three times in a row is not started again."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster._core.events import EngineEventData  # what the run worker records its pid with
+
+from pipelines.definitions import defs
+from pipelines.instance import write_instance_config
+from pipelines.orphans import ATTEMPT_TAG, RESUME_TAG
+from pipelines.sensors import orphaned_run_sensor
+
+LATER: list[subprocess.Popen[bytes]] = []
+"""Processes started after a run's start (their ids stand for a reused one); ended with each test."""
+CONFIG = {"ops": {"student_evaluation": {"config": {"splits": ["dev"], "limit": 3}}}}
+
+
+@pytest.fixture
+def instance(tmp_path: Path) -> Iterator[dg.DagsterInstance]:
+    write_instance_config(tmp_path)  # the default run launcher, as `evoharness init` leaves it
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        yield instance
+    while LATER:
+        LATER.pop().kill()
+
+
+def _started_run(instance: dg.DagsterInstance, pid_of: int | None = None, **tags: str) -> dg.DagsterRun:
+    """An evaluate_student run in STARTED whose worker is process ``pid_of`` (spawned after the start when None)."""
+    run = instance.create_run_for_job(job_def=defs.resolve_job_def("evaluate_student"), run_config=CONFIG,
+                                      tags={"dagster/partition": "v1", "model_version": "v1", **tags})
+    instance.report_dagster_event(dg.DagsterEvent(event_type_value=dg.DagsterEventType.RUN_START.value,
+                                                  job_name=run.job_name), run.run_id)
+    if pid_of is None:
+        time.sleep(1.5)
+        LATER.append(subprocess.Popen(["sleep", "60"]))
+        pid_of = LATER[-1].pid
+    instance.report_engine_event("Executing steps in process", run,
+                                 EngineEventData(metadata={"pid": dg.MetadataValue.text(str(pid_of))}))
+    return run
+
+
+def _dead_pid() -> int:
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
+
+
+def _failure(instance: dg.DagsterInstance, run_id: str) -> str:
+    event = instance.all_logs(run_id, of_type=dg.DagsterEventType.RUN_FAILURE)[0].dagster_event
+    assert event is not None
+    return str(event.message)
+
+
+def _tick(instance: dg.DagsterInstance) -> dg.SensorResult:
+    return orphaned_run_sensor(dg.build_sensor_context(instance=instance, definitions=defs))
+
+
+def test_a_run_without_its_process_is_failed_and_started_again(instance: dg.DagsterInstance) -> None:
+    gone, reused, alive = _started_run(instance, _dead_pid()), _started_run(instance), _started_run(instance,
+                                                                                                      os.getpid())
+    elsewhere = _started_run(instance, _dead_pid(), **{".dagster/grpc_info": '{"host": "build-7", "port": 4000}'})
+    result = _tick(instance)
+    assert instance.get_run_by_id(elsewhere.run_id).status is dg.DagsterRunStatus.STARTED  # another host's run
+    assert {r.tags[RESUME_TAG] for r in result.run_requests} == {gone.run_id, reused.run_id}
+    for request in result.run_requests:
+        assert (request.job_name, request.partition_key, request.run_config) == ("evaluate_student", "v1", CONFIG)
+        assert request.tags["model_version"] == "v1" and request.tags[ATTEMPT_TAG] == "1"
+        assert request.run_key == f"resume:{request.tags[RESUME_TAG]}"
+    statuses = {run_id: instance.get_run_by_id(run_id).status for run_id in (gone.run_id, reused.run_id, alive.run_id)}
+    assert statuses == {gone.run_id: dg.DagsterRunStatus.FAILURE, reused.run_id: dg.DagsterRunStatus.FAILURE,
+                        alive.run_id: dg.DagsterRunStatus.STARTED}
+    message = _failure(instance, reused.run_id)
+    assert "a later process" in message and "started again" in message
+    assert _tick(instance).run_requests == []  # failed now: not requested twice
+
+
+def test_a_run_resumed_three_times_is_left_failed(instance: dg.DagsterInstance) -> None:
+    run = _started_run(instance, _dead_pid(), **{ATTEMPT_TAG: "3"})
+    assert _tick(instance).run_requests == []
+    assert instance.get_run_by_id(run.run_id).status is dg.DagsterRunStatus.FAILURE
+    assert "resumed 3 times" in _failure(instance, run.run_id)
