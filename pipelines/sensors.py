@@ -184,12 +184,13 @@ def new_model_version_sensor(context: dg.SensorEvaluationContext, warehouse: War
 )
 def orphaned_run_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
     requests = []
-    for job in (distill_teacher_job, evaluate_student_job):
+    for job, partitions in ((distill_teacher_job, teacher_partitions), (evaluate_student_job, model_version_partitions)):
         started = context.instance.get_runs(dg.RunsFilter(job_name=job.name, statuses=[dg.DagsterRunStatus.STARTED]))
         for run in started:
             reason = orphan_reason(context.instance, run)
-            if reason is None:
-                continue
+            partition = run.tags.get("dagster/partition", "")
+            if reason is None or not partitions.has_partition_key(partition, dynamic_partitions_store=context.instance):
+                continue  # alive; or its partition was deleted (a teacher taken out of the registry): left as it is
             request = resume_request(run)
             context.instance.report_run_failed(run, f"{reason}; " + (
                 "started again" if request else "not started again: it was resumed 3 times in a row; rerun it "

@@ -17,6 +17,7 @@ from dagster._core.events import EngineEventData  # what the run worker records 
 from pipelines.definitions import defs
 from pipelines.instance import write_instance_config
 from pipelines.orphans import ATTEMPT_TAG, RESUME_TAG
+from pipelines.partitions import MODEL_VERSION_PARTITIONS_NAME
 from pipelines.sensors import orphaned_run_sensor
 
 LATER: list[subprocess.Popen[bytes]] = []
@@ -28,15 +29,17 @@ CONFIG = {"ops": {"student_evaluation": {"config": {"splits": ["dev"], "limit": 
 def instance(tmp_path: Path) -> Iterator[dg.DagsterInstance]:
     write_instance_config(tmp_path)  # the default run launcher, as `evoharness init` leaves it
     with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        instance.add_dynamic_partitions(MODEL_VERSION_PARTITIONS_NAME, ["v1"])
         yield instance
     while LATER:
         LATER.pop().kill()
 
 
-def _started_run(instance: dg.DagsterInstance, pid_of: int | None = None, **tags: str) -> dg.DagsterRun:
+def _started_run(instance: dg.DagsterInstance, pid_of: int | None = None, partition: str = "v1",
+                 **tags: str) -> dg.DagsterRun:
     """An evaluate_student run in STARTED whose worker is process ``pid_of`` (spawned after the start when None)."""
     run = instance.create_run_for_job(job_def=defs.resolve_job_def("evaluate_student"), run_config=CONFIG,
-                                      tags={"dagster/partition": "v1", "model_version": "v1", **tags})
+                                      tags={"dagster/partition": partition, "model_version": partition, **tags})
     instance.report_dagster_event(dg.DagsterEvent(event_type_value=dg.DagsterEventType.RUN_START.value,
                                                   job_name=run.job_name), run.run_id)
     if pid_of is None:
@@ -68,8 +71,10 @@ def test_a_run_without_its_process_is_failed_and_started_again(instance: dg.Dags
     gone, reused, alive = _started_run(instance, _dead_pid()), _started_run(instance), _started_run(instance,
                                                                                                       os.getpid())
     elsewhere = _started_run(instance, _dead_pid(), **{".dagster/grpc_info": '{"host": "build-7", "port": 4000}'})
+    deleted = _started_run(instance, _dead_pid(), partition="v0")  # a version no longer in the partitions
     result = _tick(instance)
     assert instance.get_run_by_id(elsewhere.run_id).status is dg.DagsterRunStatus.STARTED  # another host's run
+    assert instance.get_run_by_id(deleted.run_id).status is dg.DagsterRunStatus.STARTED
     assert {r.tags[RESUME_TAG] for r in result.run_requests} == {gone.run_id, reused.run_id}
     for request in result.run_requests:
         assert (request.job_name, request.partition_key, request.run_config) == ("evaluate_student", "v1", CONFIG)
