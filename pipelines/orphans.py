@@ -60,10 +60,8 @@ def on_this_host(instance: dg.DagsterInstance, run: dg.DagsterRun) -> bool:
 def orphan_reason(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str | None:
     """Why ``run`` (STARTED) has no process any more, or None while it has one or cannot be told (another
     launcher, or no recorded process id)."""
-    if run.status is not dg.DagsterRunStatus.STARTED or not isinstance(instance.run_launcher,
-                                                                                    dg.DefaultRunLauncher):
-        return None
-    if not on_this_host(instance, run):
+    if run.status is not dg.DagsterRunStatus.STARTED or not isinstance(instance.run_launcher, dg.DefaultRunLauncher) \
+            or not on_this_host(instance, run):
         return None
     pid = worker_pid(instance, run.run_id)
     record = instance.get_run_record_by_id(run.run_id)

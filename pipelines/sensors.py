@@ -22,7 +22,7 @@ import duckdb
 
 from evoharness.teachers.preflight import run_preflight
 from evoharness.teachers.registry import TeacherRegistry, TeacherSpec
-from pipelines.orphans import orphan_reason, resume_request
+from pipelines.orphans import MAX_RESUMES, orphan_reason, resume_request
 from pipelines.partitions import (
     MODEL_VERSION_PARTITIONS_NAME,
     TEACHER_PARTITIONS_NAME,
@@ -193,8 +193,8 @@ def orphaned_run_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
                 continue  # alive; or its partition was deleted (a teacher taken out of the registry): left as it is
             request = resume_request(run)
             context.instance.report_run_failed(run, f"{reason}; " + (
-                "started again" if request else "not started again: it was resumed 3 times in a row; rerun it "
-                "by hand once its cause is fixed"))
+                "started again" if request else f"not started again: it was resumed {MAX_RESUMES} times in a row; "
+                "rerun it by hand once its cause is fixed"))
             if request is not None:
                 requests.append(request)
     if not requests:
