@@ -75,6 +75,17 @@ def orphan_reason(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str | Non
     return None
 
 
+def later_runs(instance: dg.DagsterInstance, run: dg.DagsterRun) -> list[dg.DagsterRun]:
+    """Runs of the same job and partition created after ``run`` (one is enough: it took over, so an orphan that
+    has one is not started again)."""
+    record = instance.get_run_record_by_id(run.run_id)
+    if record is None:
+        return []
+    found = instance.get_runs(dg.RunsFilter(job_name=run.job_name, created_after=record.create_timestamp,
+                                            tags={"dagster/partition": run.tags.get("dagster/partition", "")}), limit=2)
+    return [r for r in found if r.run_id != run.run_id][:1]
+
+
 def resume_request(run: dg.DagsterRun) -> dg.RunRequest | None:
     """The run again (same job, partition, config and tags; every stage resumes what is stored), or None after
     :data:`MAX_RESUMES` resumes in a row."""

@@ -1,6 +1,6 @@
 """A run whose process is gone (its machine or session killed) is marked failed and started again with the same
 partition, config and tags; a run whose process lives, or that ran on another host, is left alone, and a run
-resumed three times in a row is not started again."""
+resumed three times in a row, or that a later run of its partition took over, is not started again."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ CONFIG = {"ops": {"student_evaluation": {"config": {"splits": ["dev"], "limit": 
 def instance(tmp_path: Path) -> Iterator[dg.DagsterInstance]:
     write_instance_config(tmp_path)  # the default run launcher, as `evoharness init` leaves it
     with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
-        instance.add_dynamic_partitions(MODEL_VERSION_PARTITIONS_NAME, ["v1"])
+        instance.add_dynamic_partitions(MODEL_VERSION_PARTITIONS_NAME, ["v1", "v2", "v3", "v4"])
         yield instance
     while LATER:
         LATER.pop().kill()
@@ -68,17 +68,19 @@ def _tick(instance: dg.DagsterInstance) -> dg.SensorResult:
 
 
 def test_a_run_without_its_process_is_failed_and_started_again(instance: dg.DagsterInstance) -> None:
-    gone, reused, alive = _started_run(instance, _dead_pid()), _started_run(instance), _started_run(instance,
-                                                                                                      os.getpid())
-    elsewhere = _started_run(instance, _dead_pid(), **{".dagster/grpc_info": '{"host": "build-7", "port": 4000}'})
+    gone, reused = _started_run(instance, _dead_pid()), _started_run(instance, partition="v2")
+    alive = _started_run(instance, os.getpid(), partition="v3")
+    elsewhere = _started_run(instance, _dead_pid(), partition="v4",
+                             **{".dagster/grpc_info": '{"host": "build-7", "port": 4000}'})
     deleted = _started_run(instance, _dead_pid(), partition="v0")  # a version no longer in the partitions
     result = _tick(instance)
     assert instance.get_run_by_id(elsewhere.run_id).status is dg.DagsterRunStatus.STARTED  # another host's run
     assert instance.get_run_by_id(deleted.run_id).status is dg.DagsterRunStatus.STARTED
     assert {r.tags[RESUME_TAG] for r in result.run_requests} == {gone.run_id, reused.run_id}
-    for request in result.run_requests:
-        assert (request.job_name, request.partition_key, request.run_config) == ("evaluate_student", "v1", CONFIG)
-        assert request.tags["model_version"] == "v1" and request.tags[ATTEMPT_TAG] == "1"
+    for request, partition in zip(sorted(result.run_requests, key=lambda r: r.tags["model_version"]), ["v1", "v2"],
+                                  strict=True):
+        assert (request.job_name, request.partition_key, request.run_config) == ("evaluate_student", partition, CONFIG)
+        assert request.tags["model_version"] == partition and request.tags[ATTEMPT_TAG] == "1"
         assert request.run_key == f"resume:{request.tags[RESUME_TAG]}"
     statuses = {run_id: instance.get_run_by_id(run_id).status for run_id in (gone.run_id, reused.run_id, alive.run_id)}
     assert statuses == {gone.run_id: dg.DagsterRunStatus.FAILURE, reused.run_id: dg.DagsterRunStatus.FAILURE,
@@ -93,3 +95,12 @@ def test_a_run_resumed_three_times_is_left_failed(instance: dg.DagsterInstance) 
     assert _tick(instance).run_requests == []
     assert instance.get_run_by_id(run.run_id).status is dg.DagsterRunStatus.FAILURE
     assert "resumed 3 times" in _failure(instance, run.run_id)
+
+
+def test_a_run_a_later_run_of_its_partition_took_over_is_left_failed(instance: dg.DagsterInstance) -> None:
+    """An orphan from long ago whose partition was run again since (and succeeded) is not started once more."""
+    orphan = _started_run(instance, _dead_pid())
+    later = _started_run(instance, os.getpid())
+    assert _tick(instance).run_requests == []
+    assert instance.get_run_by_id(orphan.run_id).status is dg.DagsterRunStatus.FAILURE
+    assert f"run {later.run_id} came after it" in _failure(instance, orphan.run_id)
