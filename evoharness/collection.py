@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Self
 
 from evoharness.agents.records import EpisodeRecord, EpisodeSpec
@@ -261,6 +261,8 @@ def collect(
             raise ValueError("only a student (a model version) is relabelled")
         policy = wrap_policy(policy)
     policy_kind: PolicyKind = "teacher" if model_version is None else "student" if wrap_policy is None else "relabel"
+    if config.bank_version is None and teacher.bank_version is not None:
+        config = replace(config, bank_version=teacher.bank_version)  # the teacher's own bank, unless told otherwise
     bank = episode_bank(config, warehouse)
     specs = plan_episodes(config, bank)
     if config.shard is not None:

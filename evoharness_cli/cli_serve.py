@@ -31,6 +31,7 @@ def serve_command(
     and print the `teacher add` line that registers it."""
     with Warehouse(db or default_db_path(), read_only=True) as wh:
         version = required_version(wh, model_version)
+        player = wh.one("model_version_player", model_version=model_version)  # (folder, its dataset's bank)
     try:
         served = ServedModel(version.path, ServeSettings(host=host, port=port, device=device,
                                                   continuous_batching=continuous_batching,
@@ -40,6 +41,8 @@ def serve_command(
         raise typer.Exit(1) from None
     console.print(f"serving {model_version} at {served.base_url} as model {served.model!r} (log: {served.log_path})")
     rendering = f"--prompt-template {version.row['prompt_set']} " if version.row.get("prompt_set") else ""
+    if player is not None and player[1] is not None:
+        rendering += f"--bank-version {player[1]} "  # the Experience bank it trained with
     console.print(f"register it: evoharness teacher add NAME --provider openai_compatible --model {served.model} "
                   f"--base-url {served.base_url} --price-in 0 --price-out 0 {rendering}--auto-distill "
                   "--max-spend-usd 1")

@@ -55,6 +55,9 @@ def add(
                                                         "included); runs stop starting episodes there.")] = None,
     auto_distill: Annotated[bool, typer.Option(help="Let the Dagster sensor start this teacher's distillation run "
                                                "by itself (after a passing preflight, within its cap).")] = False,
+    bank_version: Annotated[int | None, typer.Option(help="bpe mode: the Experience bank version its episodes "
+                                                        "recall from (a served student: the one it trained with) "
+                                                        "[default: the seed bank].")] = None,
     registry: RegistryOption = None,
     db: DbOption = None,
 ) -> None:
@@ -65,7 +68,7 @@ def add(
             price_in=price_in, price_out=price_out, max_concurrency=max_concurrency, temperature=temperature,
             max_tokens=max_tokens, mode=mode, prompt_template=prompt_template,
             retry=RetryConfig(max_attempts=max_attempts, timeout_s=timeout), distill_games=distill_games,
-            max_spend_usd=max_spend_usd, auto_distill=auto_distill,
+            max_spend_usd=max_spend_usd, auto_distill=auto_distill, bank_version=bank_version,
         )
     except ValidationError as exc:
         raise typer.BadParameter(validation_message(exc)) from None

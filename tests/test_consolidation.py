@@ -16,6 +16,7 @@ from evoharness.consolidation.subgoals import check_subgoal
 from evoharness.envs.base import WorldFacts
 from evoharness.harness.grammar import parse_turn
 from evoharness.harness.prompts import Mode
+from evoharness.teachers.registry import EXPERT, TeacherRegistry
 from warehouse import Warehouse
 
 GAMES = 12
@@ -135,9 +136,15 @@ def test_collection_recalls_from_an_evolved_bank_version(consolidated: Path) -> 
         banks = wh.con.execute("SELECT DISTINCT bank FROM episodes WHERE run_id = 'evolved'").fetchall()
         seed_banks = wh.con.execute("SELECT DISTINCT bank FROM episodes WHERE mode = 'bpe' AND run_id = 'test'"
                                     ).fetchall()
+        own = TeacherRegistry([EXPERT.model_copy(update={"bank_version": latest})])  # a teacher with its own bank
+        collect(CollectionConfig(mode=Mode.BPE, split="valid_unseen", limit=1, engine="fast"), wh, run_id="own",
+                registry=own)
+        own_banks = wh.con.execute("SELECT DISTINCT bank FROM episodes WHERE run_id = 'own'").fetchall()
+        stored = wh.scalar("SELECT bank_version FROM teachers WHERE name = 'expert'")
         with pytest.raises(KeyError, match="No frozen version 99"):
             collect(CollectionConfig(mode=Mode.BPE, split="valid_seen", limit=1, engine="fast", bank_version=99),
                     wh, run_id="missing")
     assert latest >= 1 and induced
     assert result.written == 2 and banks == [(f"alfworld-seed@v{latest}",)]
     assert seed_banks == [("alfworld-seed@v0",)]
+    assert own_banks == [(f"alfworld-seed@v{latest}",)] and stored == latest

@@ -173,3 +173,10 @@ def test_warehouse_teachers_table_is_derived_from_the_registry(tmp_path: Path) -
         rows = wh.con.execute("SELECT name, in_registry FROM teachers ORDER BY name").fetchall()
         kinds = wh.con.execute("SELECT DISTINCT policy_kind FROM policies").fetchall()
     assert rows == [("claude", False), ("expert", True)] and kinds == [("teacher",)]
+
+
+def test_a_bank_version_is_part_of_an_entry_only_when_set() -> None:
+    """Entries from before ``bank_version`` existed keep their sha (so their run keys and rows stay); setting it is
+    an edit."""
+    assert EXPERT.sha256 == "eb10607c372077f48a320d3eb941e8c23d5bb18b771ce2a26bfe9cd98f5bfc9b"
+    assert EXPERT.model_copy(update={"bank_version": 3}).sha256 != EXPERT.sha256

@@ -83,6 +83,9 @@ class TeacherSpec(BaseModel):
         "USD this teacher may spend in all, over its attempt ledger (failed attempts included); None: no cap."))
     auto_distill: bool = Field(default=False, description=(
         "The sensor turns this teacher into a distillation run by itself (after a passing preflight)."))
+    bank_version: int | None = Field(default=None, ge=1, description=(
+        "bpe mode: the Experience bank version its episodes recall from (a served student: the one it trained "
+        "with, which `evoharness serve` prints); None: the seed bank."))
 
     @field_validator("base_url")
     @classmethod
@@ -125,7 +128,11 @@ class TeacherSpec(BaseModel):
 
     @property
     def sha256(self) -> str:
-        payload = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        """The entry's content hash; a bank_version left unset is left out (entries from before it keep theirs)."""
+        data = self.model_dump(mode="json")
+        if data["bank_version"] is None:
+            del data["bank_version"]
+        payload = json.dumps(data, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()
 
     def warehouse_row(self) -> dict[str, Any]:
