@@ -17,7 +17,8 @@ export ALFWORLD_DATA="${ALFWORLD_DATA:-$(cd .. && pwd)/shared/alfworld}" EVOHARN
        DAGSTER_DISABLE_TELEMETRY=1 EVOHARNESS_TEACHERS=$RUNS/recipes/teachers.yaml \
        EVOHARNESS_TRAIN_LAUNCH="accelerate launch --config_file configs/accelerate/multi_cpu.yaml" \
        PYTHONPATH=$(pwd)
-TEACHER=student-teacher PORT=8011
+TEACHER=served-student PORT=8011
+export TEACHER
 [ -f "$EVOHARNESS_TEACHERS" ] || cp teachers.yaml "$EVOHARNESS_TEACHERS"
 VERSION=$(python -c "
 from warehouse import Warehouse, default_db_path
@@ -28,15 +29,14 @@ setsid evoharness serve --model-version "$VERSION" --port $PORT --threads 2 > $R
 SERVER=$!
 trap 'kill -- -$SERVER 2>/dev/null; [ -n "${DAEMON:-}" ] && kill -- -$DAEMON 2>/dev/null; true' EXIT
 until grep -q "register it" $RUNS/teacher_ships_serve.log; do sleep 5; kill -0 $SERVER; done
-MODEL=$(python -c "
+read -r MODEL BANK < <(python -c "
 from warehouse import Warehouse, default_db_path
-from evoharness.training.model_versions import required_version
 with Warehouse(default_db_path(), read_only=True) as wh:
-    print(required_version(wh, '$VERSION').path)")
+    print(*wh.one('model_version_player', model_version='$VERSION'))")  # its folder and the bank it trained with
 if ! grep -q "name: $TEACHER" "$EVOHARNESS_TEACHERS"; then
   evoharness teacher add $TEACHER --provider openai_compatible --model "$MODEL" --base-url http://127.0.0.1:$PORT/v1 \
-      --price-in 0 --price-out 0 --prompt-template alfworld/bpe_student --max-tokens 64 --max-concurrency 16 \
-      --auto-distill --max-spend-usd 1
+      --price-in 0 --price-out 0 --prompt-template alfworld/bpe_student --bank-version "$BANK" --max-tokens 64 \
+      --max-concurrency 16 --auto-distill --max-spend-usd 1
 fi
 # A distill_teacher run killed with an earlier session stays STARTED until the daemon's orphaned_run_sensor marks it
 # failed and starts it again (every stage resumes what is stored): the daemon alone carries the run to its end.
@@ -45,11 +45,11 @@ setsid dagster-daemon run -m pipelines.definitions > $RUNS/teacher_ships_daemon.
 DAEMON=$!
 python - <<'PY'
 # wait until the teacher's distillation succeeded and both new versions have an evaluation
-import sys, time
+import os, sys, time
 import dagster as dg
+TEACHER = os.environ["TEACHER"]
 def newest(instance):
-    runs = instance.get_runs(dg.RunsFilter(job_name="distill_teacher", tags={"dagster/partition": "student-teacher"}),
-                             limit=1)
+    runs = instance.get_runs(dg.RunsFilter(job_name="distill_teacher", tags={"dagster/partition": TEACHER}), limit=1)
     return runs[0] if runs else None
 with dg.DagsterInstance.get() as instance:
     while True:
@@ -62,7 +62,7 @@ with dg.DagsterInstance.get() as instance:
             from warehouse import Warehouse, default_db_path
             with Warehouse(default_db_path(), read_only=True, lock_wait_s=300) as wh:
                 versions = [r[0] for r in wh.con.execute(
-                    "SELECT model_version FROM model_versions WHERE teacher = 'student-teacher'").fetchall()]
+                    "SELECT model_version FROM model_versions WHERE teacher = ?", [TEACHER]).fetchall()]
             evaluated = instance.get_materialized_partitions(dg.AssetKey("student_evaluation"))
             if len(versions) == 2 and all(v in evaluated for v in versions):
                 print("distilled and evaluated:", versions, flush=True)
