@@ -96,3 +96,19 @@ def resume_request(run: dg.DagsterRun) -> dg.RunRequest | None:
     return dg.RunRequest(job_name=run.job_name, partition_key=run.tags.get("dagster/partition"),
                          run_config=run.run_config, run_key=f"resume:{run.run_id}",
                          tags=tags | {RESUME_TAG: run.run_id, ATTEMPT_TAG: str(attempt)})
+
+
+def settle_orphan(instance: dg.DagsterInstance, run: dg.DagsterRun, reason: str) -> dg.RunRequest | None:
+    """Mark the orphan ``run`` failed, saying why and what follows; its resumption, unless a later run of its
+    partition took over or it was resumed :data:`MAX_RESUMES` times in a row."""
+    newer = later_runs(instance, run)
+    request = None if newer else resume_request(run)
+    if newer:
+        follows = f"not started again: run {newer[0].run_id} came after it"
+    elif request is None:
+        follows = (f"not started again: it was resumed {MAX_RESUMES} times in a row; rerun it by hand once its cause "
+                   "is fixed")
+    else:
+        follows = "started again"
+    instance.report_run_failed(run, f"{reason}; {follows}")
+    return request

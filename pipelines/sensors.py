@@ -22,7 +22,7 @@ import duckdb
 
 from evoharness.teachers.preflight import run_preflight
 from evoharness.teachers.registry import TeacherRegistry, TeacherSpec
-from pipelines.orphans import MAX_RESUMES, later_runs, orphan_reason, resume_request
+from pipelines.orphans import orphan_reason, settle_orphan
 from pipelines.partitions import (
     MODEL_VERSION_PARTITIONS_NAME,
     TEACHER_PARTITIONS_NAME,
@@ -191,13 +191,7 @@ def orphaned_run_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
             partition = run.tags.get("dagster/partition", "")
             if reason is None or not partitions.has_partition_key(partition, dynamic_partitions_store=context.instance):
                 continue  # alive; or its partition was deleted (a teacher taken out of the registry): left as it is
-            newer = later_runs(context.instance, run)
-            request = None if newer else resume_request(run)
-            context.instance.report_run_failed(run, f"{reason}; " + (
-                f"not started again: run {newer[0].run_id} came after it" if newer else "started again" if request
-                else f"not started again: it was resumed {MAX_RESUMES} times in a row; rerun it by hand once its "
-                "cause is fixed"))
-            if request is not None:
+            if (request := settle_orphan(context.instance, run, reason)) is not None:
                 requests.append(request)
     if not requests:
         return dg.SensorResult(skip_reason="no run has lost its process")
