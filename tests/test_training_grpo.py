@@ -416,6 +416,9 @@ def test_every_turn_is_trained_once_per_step_in_bounded_micro_batches(tiny_grpo,
     assert any(e["advantage"] != 0 for r in trainer.turn_log for e in r["episodes"])  # the groups carry signal
     assert any(not torch.equal(a, p.detach()) for a, p in zip(before, trainer.model.parameters(), strict=True))
     assert trainer.peak_micro_batch == 5
+    timed = [h for h in trainer.state.log_history if "time/train_seconds" in h]  # where a step's time went
+    assert len(timed) == 2 and all(h["time/rollout_seconds"] > 0 and h["time/train_seconds"] > 0
+                                   and h["time/scoring_seconds"] > 0 for h in timed)
 
 
 def test_episode_level_loss_reaches_the_update(tiny_grpo, tmp_path: Path) -> None:

@@ -114,3 +114,43 @@ def test_micro_batches_add_up_to_the_whole_batch(tiny_grpo, tmp_path: Path, loss
     assert whole_grad.abs().sum() > 0
     assert parts_loss == pytest.approx(whole_loss, rel=1e-4, abs=1e-7)
     torch.testing.assert_close(parts_grad, whole_grad, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "bnpo"])
+def test_turns_with_zero_advantage_are_skipped_and_the_update_is_the_same(tiny_grpo, tmp_path: Path, loss_type: str,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """With β = 0 the turns of episodes whose advantage is 0 (a guided loss, a group of equal rewards) are left out
+    of the forward and backward passes; the step's loss and gradients equal those of training every turn."""
+    from evoharness.training.grpo_trainer import EpisodeGRPOTrainer
+
+    model_dir, fixed, games = tiny_grpo
+    assert not build_grpo_trainer(str(model_dir), tmp_path / "kl", settings(), fixed).zero_advantage_trains_nothing
+    trainer = build_grpo_trainer(str(model_dir), tmp_path, settings(loss_type=loss_type, beta=0.0), fixed)
+    trainer.current_gradient_accumulation_steps = 1
+    assert trainer.zero_advantage_trains_nothing
+    played = [fixed.episodes[(g, m)] for g in games for m in range(2)]
+    advantages = torch.tensor([0.7, 0.0, -0.7, 0.0])
+    trainer.model.train()
+    skipped = trainer._turn_samples(played, advantages, trainer.accelerator.device)
+    monkeypatch.setattr(EpisodeGRPOTrainer, "zero_advantage_trains_nothing", property(lambda self: False))
+    every = trainer._turn_samples(played, advantages, trainer.accelerator.device)
+
+    def loss_and_grad(batch: dict) -> tuple[float, torch.Tensor]:
+        trainer.model.zero_grad()
+        total = 0.0
+        for chunk in micro_batches(batch, 3, int(batch["micro_batches"]), loss_type):
+            loss = trainer.compute_loss(trainer.model, chunk) * chunk["loss_weight"]
+            loss.backward()
+            total += float(loss.detach())
+        return total, torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
+
+    zero_turns = len(played[1].turns) + len(played[3].turns)
+    assert every["prompt_ids"].size(0) - skipped["prompt_ids"].size(0) == zero_turns > 0
+    assert int(skipped["global_turns"]) == int(every["global_turns"])
+    assert int(skipped["num_items_in_batch"]) == int(every["num_items_in_batch"])
+    assert bool((skipped["advantages"] != 0).all())
+    skipped_loss, skipped_grad = loss_and_grad(skipped)
+    every_loss, every_grad = loss_and_grad(every)
+    assert every_grad.abs().sum() > 0
+    assert skipped_loss == pytest.approx(every_loss, rel=1e-4, abs=1e-7)
+    torch.testing.assert_close(skipped_grad, every_grad, rtol=1e-4, atol=1e-7)

@@ -35,7 +35,9 @@ class GRPOSettings(BaseModel):
     epochs: float = Field(default=150, gt=0, description="Passes over the training games.")
     max_steps: int | None = Field(default=None, ge=1, description="Stop after this many optimizer steps.")
     learning_rate: float = Field(default=1e-6, gt=0)
-    beta: float = Field(default=0.01, ge=0, description="KL coefficient to the reference (the starting model).")
+    beta: float = Field(default=0.01, ge=0, description=(
+        "KL coefficient to the reference (the starting model). 0 also saves compute: no reference pass, and the "
+        "turns whose advantage is 0 are not trained (they would add nothing)."))
     max_grad_norm: float = Field(default=1.0, gt=0)
     max_new_tokens: int = Field(default=512, ge=1, description="Completion tokens per turn.")
     temperature: float = Field(default=1.0, gt=0)

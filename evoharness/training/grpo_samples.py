@@ -3,6 +3,7 @@ rules, one sample per turn, and the micro-batches a step trains in."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -147,10 +148,38 @@ def wins_only_when_guided(advantages: Any, guided: Any) -> Any:
     return torch.where(guided & (advantages < 0), torch.zeros_like(advantages), advantages)
 
 
+def turn_loss_tokens(turn: TurnTokens, choices_only: bool = False) -> int:
+    """The completion tokens of ``turn`` that the loss scores (:func:`turn_samples`' ``loss_mask``)."""
+    return sum(turn.choices) if choices_only and turn.choices is not None and turn.completion_ids \
+        else len(turn.completion_ids)
+
+
 def episode_loss_tokens(rollout: Rollout, choices_only: bool = False) -> int:
-    """The completion tokens of ``rollout`` that the loss scores (:func:`turn_samples`' ``loss_mask``)."""
-    return sum(sum(t.choices) if choices_only and t.choices is not None and t.completion_ids
-               else len(t.completion_ids) for t in rollout.turns)
+    """The completion tokens of ``rollout`` that the loss scores."""
+    return sum(turn_loss_tokens(t, choices_only) for t in rollout.turns)
+
+
+@dataclass(frozen=True)
+class TrainedTurns:
+    """The turn samples a step trains, and what the skipped ones add to the loss's normalizers."""
+
+    samples: list[tuple[TurnTokens, float]]
+    skipped_turns: int = 0
+    skipped_loss_tokens: int = 0
+
+
+def without_zero_advantage(samples: list[tuple[TurnTokens, float]], processes: int, choices_only: bool = False
+                           ) -> TrainedTurns:
+    """``samples`` less the turns whose advantage is exactly 0 (a guided episode's loss, a group whose rewards were
+    all equal), with their count and scored tokens: where the loss is the advantage times a ratio and nothing else
+    (no KL term, no entropy term), such a turn adds 0 to the loss and to every gradient, so leaving it out of the
+    forward and backward passes changes nothing as long as the normalizers still count it. All are kept when fewer
+    than ``processes`` would be left (every process must train at least one sample)."""
+    kept = [s for s in samples if s[1] != 0.0]
+    if len(kept) < processes:
+        return TrainedTurns(samples)
+    skipped = [t for t, a in samples if a == 0.0]
+    return TrainedTurns(kept, len(skipped), sum(turn_loss_tokens(t, choices_only) for t in skipped))
 
 
 def episode_weighted(advantages: Any, tokens: Any, mean_tokens: float) -> Any:

@@ -12,6 +12,7 @@ model saw when it wrote them. Only ``_generate_and_score_completions`` and ``tra
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol
 
@@ -23,6 +24,7 @@ from trl.trainer.utils import nanstd, use_adapter
 
 from evoharness.training.grpo_config import LOSS_NORMALIZATION
 from evoharness.training.grpo_samples import (
+    TrainedTurns,
     deal_by_tokens,
     episode_loss_tokens,
     episode_turns,
@@ -36,6 +38,7 @@ from evoharness.training.grpo_samples import (
     turn_samples,
     whole_sequences,
     wins_only_when_guided,
+    without_zero_advantage,
 )
 from evoharness.training.reward import TrajectoryStats
 from evoharness.training.rollout import Rollout
@@ -44,6 +47,10 @@ from evoharness.training.trl_contract import require_trl_contract
 require_trl_contract()
 
 Layout = Literal["balanced", "contiguous"]
+
+ADVANTAGE_SCALED_LOSSES = frozenset({"dapo", "bnpo", "grpo", "dr_grpo", "cispo", "sapo", "luspo"})
+"""TRL loss types whose per-token loss is the advantage times a function of the probability ratio (before the
+KL and entropy terms): a turn with advantage 0 adds 0 to them."""
 
 
 class RolloutSource(Protocol):
@@ -93,10 +100,12 @@ class EpisodeGRPOTrainer(_TRLTrainer):
         if self.use_vllm and round_id != getattr(self, "_last_loaded_step", -1):
             self.vllm_generation.sync_weights()  # every process takes part; the server gets the new weights
             self._last_loaded_step = round_id
+        started = time.perf_counter()
         with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
                                          gather_deepspeed3_params=self.args.ds3_gather_for_generation) as model:
             played = self.rollouts.play([row["game_id"] for row in inputs], model, self.processing_class,
                                         round_id, positions=positions)
+        self._metrics[mode]["time/rollout_seconds"].append(time.perf_counter() - started)
         stats = [TrajectoryStats.from_record(r.record, self.repeats_at) for r in played]
         rows = [row | {"trajectory": s.as_dict()} for row, s in zip(inputs, stats, strict=True)]
         completions = [[{"role": "assistant", "content": r.record.steps[-1].raw_output if r.record.steps else ""}]
@@ -137,10 +146,15 @@ class EpisodeGRPOTrainer(_TRLTrainer):
             advantages = episode_weighted(advantages.to(device), tokens, mean)
         samples = episode_turns(played, advantages)
         processes = self.accelerator.num_processes
-        if processes > 1 and self.layout == "balanced":  # every process trains about the same number of tokens
-            everyone = gather_object(samples)
-            shares = deal_by_tokens([len(t.prompt_ids) + len(t.completion_ids) for t, _ in everyone], processes)
-            samples = [everyone[i] for i in shares[self.accelerator.process_index]]
+        dealt = processes == 1 or self.layout == "balanced"  # every process sees the whole step's samples
+        if processes > 1 and dealt:
+            samples = gather_object(samples)
+        trained = without_zero_advantage(samples, processes, choices_only) \
+            if dealt and self.zero_advantage_trains_nothing else TrainedTurns(samples)
+        samples = trained.samples
+        if processes > 1 and dealt:  # every process trains about the same number of tokens
+            shares = deal_by_tokens([len(t.prompt_ids) + len(t.completion_ids) for t, _ in samples], processes)
+            samples = [samples[i] for i in shares[self.accelerator.process_index]]
         output = {k: v.to(device) if isinstance(v, torch.Tensor) else v
                   for k, v in longest_first(turn_samples(samples, self.processing_class.pad_token_id,
                                                          choices_only=choices_only)).items()}
@@ -149,16 +163,20 @@ class EpisodeGRPOTrainer(_TRLTrainer):
         real_tokens = int(output["prompt_mask"].sum() + output["completion_mask"].sum())
         local = torch.tensor([output["prompt_ids"].size(0), int(loss_mask(output).sum()), real_tokens], device=device)
         counts = self.accelerator.gather(local.unsqueeze(0)).view(-1, 3)
-        output["num_items_in_batch"] = counts[:, 1].sum()
-        output["global_turns"] = counts[:, 0].sum()
+        # the normalizers count the skipped turns too: the loss is the same as if they had been trained
+        output["num_items_in_batch"] = counts[:, 1].sum() + trained.skipped_loss_tokens
+        output["global_turns"] = counts[:, 0].sum() + trained.skipped_turns
         output["micro_batches"] = torch.ceil(counts[:, 0].max() / self.micro_batch_size).long()
+        started = time.perf_counter()
         with torch.no_grad():
             if self.args.gradient_accumulation_steps % (self.args.steps_per_generation * self.num_iterations):
                 output["old_per_token_logps"] = self._chunked_logps(output)
             if self.beta != 0.0:
                 output["ref_per_token_logps"] = self._chunked_logps(output, reference=True)
         metrics = self._metrics["train" if self.model.training else "eval"]
+        metrics["time/scoring_seconds"].append(time.perf_counter() - started)
         metrics["samples/turns"].append(float(output["global_turns"]))
+        metrics["samples/turns_trained"].append(float(counts[:, 0].sum()))
         metrics["samples/micro_batches"].append(float(output["micro_batches"]))
         # the process with the most tokens sets the step's pace: 1.0 is an even split
         metrics["samples/token_imbalance"].append(float(counts[:, 2].max() / counts[:, 2].float().mean()))
@@ -189,6 +207,7 @@ class EpisodeGRPOTrainer(_TRLTrainer):
 
         model.train()
         batch = self._prepare_inputs(inputs)
+        started = time.perf_counter()
         chunks = micro_batches(batch, self.micro_batch_size, int(batch["micro_batches"]), self.loss_type,
                                self.accelerator.num_processes)
         deepspeed = self.accelerator.distributed_type == DistributedType.DEEPSPEED
@@ -203,8 +222,17 @@ class EpisodeGRPOTrainer(_TRLTrainer):
                 self.accelerator.backward(loss, **({"scale_wrt_gas": False} if deepspeed else {}))
             total += loss.detach()
             self.peak_micro_batch = max(getattr(self, "peak_micro_batch", 0), int(chunk["prompt_ids"].size(0)))
+        self._metrics["train"]["time/train_seconds"].append(time.perf_counter() - started)
         self._step += 1
         return total
+
+    @property
+    def zero_advantage_trains_nothing(self) -> bool:
+        """Whether a turn whose advantage is 0 adds nothing to the loss: no KL term (β = 0), no entropy term or
+        entropy mask, and a loss that is the advantage times a ratio. Then such turns are not trained (their count
+        stays in the normalizers), which saves their forward and backward passes."""
+        return (self.beta == 0.0 and self.top_entropy_quantile == 1.0 and self.args.entropy_coef == 0.0
+                and not self.args.use_adaptive_entropy and self.loss_type in ADVANTAGE_SCALED_LOSSES)
 
     def _log_round(self, mode: str, per_func: torch.Tensor, rewards: torch.Tensor,
                    stats: list[TrajectoryStats], played: list[Rollout]) -> None:
