@@ -76,6 +76,8 @@ def machine() -> dict[str, Any]:
     facts: dict[str, Any] = {"platform": platform.platform(), "python": platform.python_version(),
                              "cpu": model or platform.processor() or platform.machine(), "cpus": os.cpu_count(),
                              "cpu_flags": flags, "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
+    if hasattr(os, "getloadavg"):  # what else ran: absolute speeds hold only on a machine this quiet
+        facts["load_average_1_5_15_min"] = [round(x, 2) for x in os.getloadavg()]
     torch = sys.modules.get("torch")
     if torch is not None:
         facts["torch"] = getattr(torch, "__version__", None)

@@ -19,9 +19,8 @@ shape class. :mod:`benchmarks.student_speed` uses the same counts for the end-to
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +29,9 @@ from typing import Any
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report import write_report
 
 RESULTS = Path(__file__).resolve().parent / "results" / "roofline.json"
 PROMPT_TOKENS = 290
@@ -197,13 +199,10 @@ def main() -> None:
         "flops_per_token": {"forward_no_attention": forward_flops_per_token(shapes, 0),
                             "forward_at_context_290": forward_flops_per_token(shapes, PROMPT_TOKENS)},
         "roofline": roofline, "stages": stages,
-        "note": "2 cores shared by six agents at once: the 2-thread figures are an upper bound that other "
-                "processes contend for; compare ratios measured in one run",
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-                    "processor": platform.processor() or platform.machine()},
+        "note": "absolute figures hold for a machine as quiet as machine.load_average_1_5_15_min says; ratios "
+                "measured in one run",
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(args.output, report)
     print(f"wrote {args.output}")
 
 

@@ -28,8 +28,6 @@ import argparse
 import json
 import logging
 import os
-import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +37,7 @@ from typing import Any
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from report import command_line, write_report
 from roofline import RESULTS as ROOFLINE
 from roofline import forward_flops_per_token, student_shapes
 
@@ -262,21 +261,17 @@ def main() -> None:
         if isinstance(value, int | float) and value and isinstance(after.get(key), int | float):
             lower_is_better = key.endswith(("seconds", "seconds_per_step"))
             ratio[key] = round(value / after[key] if lower_is_better else after[key] / value, 2)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            check=False).stdout.strip()
     roofline = json.loads(ROOFLINE.read_text())  # read last: benchmarks/roofline.py may run alongside
     report = {
         "benchmark": "student_speed", "before": before, "after": after, "ratio": ratio,
         "roofline": {"before": fractions(before, roofline), "after": fractions(after, roofline),
                      "gflops_fp32_1t": roofline["roofline"]["fp32_1t"], "gflops_bf16_1t": roofline["roofline"]["bf16_1t"]},
-        "command": "python " + " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "commit": commit,
-        "games_per_split": games, "model": args.model, "dataset": args.dataset, **report,
-        "note": "2 CPU cores shared by six agents working at once: absolute figures vary with their load; the "
-                "before/after ratios come from one run (OMP_NUM_THREADS=1)",
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "command": "OMP_NUM_THREADS=1 " + command_line(), "games_per_split": games, "model": args.model,
+        "dataset": args.dataset, **report,
+        "note": "before/after ratios come from one run (OMP_NUM_THREADS=1); absolute figures hold for a machine as "
+                "quiet as machine.load_average_1_5_15_min says",
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(args.output, report)
     print(json.dumps({"ratio": ratio, "roofline": report["roofline"]}, indent=1))
     print(f"wrote {args.output}")
 
