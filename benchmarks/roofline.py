@@ -6,7 +6,7 @@ The roofline is the sustained ``torch`` matmul throughput over the student's own
 128, MLP 768, LM head 1,024) at a decode batch (16 and 64 rows) and at a prefill / training batch (4,096 rows), in
 fp32 and bf16, on 1 and 2 threads. The stages run the randomly initialised ``small`` architecture (speed, not skill):
 
-* ``sft``: forward, backward and AdamW step on packed 4,096-token batches (3 forward passes of FLOPs);
+* ``sft``: forward, backward and AdamW step on a batch of 14 examples of 290 tokens (3 forward passes of FLOPs);
 * ``prefill``: one forward pass over packed prompts of 290 tokens (the student rendering's mean turn);
 * ``decode``: one incremental step of 16 and of 64 rows against a 320-token KV cache;
 * ``grpo_scoring``: the training pass of GRPO over a turn's prompt and completion (forward and backward).
@@ -118,15 +118,14 @@ def stage_rates(dtype: torch.dtype) -> dict[str, float]:
 
     shapes, model = student_shapes(), small_model(dtype)
     rates: dict[str, float] = {}
-    packed = 4096 // PROMPT_TOKENS * PROMPT_TOKENS
-    ids = torch.randint(0, shapes["vocab"], (1, packed))
-    positions = torch.arange(PROMPT_TOKENS).repeat(packed // PROMPT_TOKENS).unsqueeze(0)
-    train_flops = 3 * packed * forward_flops_per_token(shapes, PROMPT_TOKENS / 2)
+    examples = 4096 // PROMPT_TOKENS
+    ids = torch.randint(0, shapes["vocab"], (examples, PROMPT_TOKENS))
+    train_flops = 3 * examples * PROMPT_TOKENS * forward_flops_per_token(shapes, PROMPT_TOKENS / 2)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
-    def sft_step() -> None:  # packed examples: position ids restart per example, attention stays within it
+    def sft_step() -> None:  # a batch of equal-length examples, as the recipe's length-grouped batches nearly are
         model.train()
-        out = model(input_ids=ids, position_ids=positions, labels=ids)
+        out = model(input_ids=ids, labels=ids)
         out.loss.backward()
         optimizer.step()
         optimizer.zero_grad()
