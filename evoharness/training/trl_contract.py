@@ -61,7 +61,7 @@ INTERNALS: tuple[Internal, ...] = (
 
 ATTRIBUTES = ("num_generations", "scale_rewards", "reward_weights", "reward_func_names", "_metrics", "beta",
               "ref_model", "loss_type", "num_iterations", "_step", "_buffered_inputs", "use_vllm",
-              "_last_loaded_step", "vllm_generation")
+              "_last_loaded_step", "vllm_generation", "top_entropy_quantile")
 """Private or undocumented trainer attributes read by the trainer (set in GRPOTrainer.__init__)."""
 
 
