@@ -51,9 +51,11 @@ def _git(*args: str) -> str | None:
 
 
 def commit() -> dict[str, Any]:
-    """The checked-out commit (None outside a git checkout) and whether tracked files match it."""
+    """The checked-out commit (None outside a git checkout) and whether tracked files match it (result files under
+    benchmarks/results/ aside: a report written earlier in the same session does not change the code that ran)."""
     head = _git("rev-parse", "HEAD")
-    changes = _git("status", "--porcelain", "--untracked-files=no") if head else None
+    changes = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)benchmarks/results") \
+        if head else None
     return {"commit": head, "worktree_clean": None if changes is None else changes == ""}
 
 

@@ -34,3 +34,24 @@ def test_the_command_names_the_script_relative_to_the_repository_and_quotes_argu
     argv = [str(REPO / "benchmarks" / "x.py"), "--db", "/tmp/a b.duckdb", "--n", "3"]
     assert command_line(argv) == "python benchmarks/x.py --db '/tmp/a b.duckdb' --n 3"
     assert command_line(["/elsewhere/x.py"]) == "python /elsewhere/x.py"
+
+
+def test_a_changed_result_file_leaves_the_worktree_clean_and_changed_code_does_not(tmp_path: Path,
+                                                                                     monkeypatch) -> None:
+    from benchmarks import report
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "x.py").write_text("print(1)\n")
+    (tmp_path / "benchmarks" / "results" / "x.json").write_text("{}\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "x")
+    monkeypatch.setattr(report, "REPO", tmp_path)
+    assert report.commit()["worktree_clean"] is True
+    (tmp_path / "benchmarks" / "results" / "x.json").write_text('{"a": 1}\n')
+    assert report.commit()["worktree_clean"] is True  # an earlier report of the same session
+    (tmp_path / "benchmarks" / "x.py").write_text("print(2)\n")
+    assert report.commit()["worktree_clean"] is False
