@@ -3,7 +3,9 @@ for ever under Dagster's default run launcher, which has no run monitoring (Dags
 container launchers only). :func:`orphan_reason` tells such a run by the process id its first engine event
 recorded: the process is gone, or the id now belongs to a process that started after the run did. Only runs of
 this machine are told so: launched through a code server on this host, or, without one, kept in a local (SQLite)
-instance; a run on another host is left to that host's sensor."""
+instance; a run on another host is left to that host's sensor. A run whose process was stopped by a signal it could
+handle (SIGTERM at a shutdown) is not an orphan: Dagster marks it failed by an interrupt, and it is started again
+the same way (:func:`terminated_resumption`)."""
 
 from __future__ import annotations
 
@@ -96,6 +98,17 @@ def resume_request(run: dg.DagsterRun) -> dg.RunRequest | None:
     return dg.RunRequest(job_name=run.job_name, partition_key=run.tags.get("dagster/partition"),
                          run_config=run.run_config, run_key=f"resume:{run.run_id}",
                          tags=tags | {RESUME_TAG: run.run_id, ATTEMPT_TAG: str(attempt)})
+
+
+TERMINATED = {"dagster/failure_reason": "UNEXPECTED_TERMINATION"}
+"""The tag Dagster gives a run whose process was interrupted by a signal (SIGTERM or SIGINT at a machine's or
+session's shutdown) with no user's termination request; a user's termination cancels a run instead."""
+
+
+def terminated_resumption(instance: dg.DagsterInstance, run: dg.DagsterRun) -> dg.RunRequest | None:
+    """A run failed by an interrupt (:data:`TERMINATED`) is started again like an orphan, unless a later run of its
+    partition exists (its resumption, or a run that took over) or it was resumed :data:`MAX_RESUMES` times."""
+    return None if later_runs(instance, run) else resume_request(run)
 
 
 def settle_orphan(instance: dg.DagsterInstance, run: dg.DagsterRun, reason: str) -> dg.RunRequest | None:

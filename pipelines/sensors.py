@@ -22,7 +22,7 @@ import duckdb
 
 from evoharness.teachers.preflight import run_preflight
 from evoharness.teachers.registry import TeacherRegistry, TeacherSpec
-from pipelines.orphans import orphan_reason, settle_orphan
+from pipelines.orphans import TERMINATED, orphan_reason, settle_orphan, terminated_resumption
 from pipelines.partitions import (
     MODEL_VERSION_PARTITIONS_NAME,
     TEACHER_PARTITIONS_NAME,
@@ -179,8 +179,9 @@ def new_model_version_sensor(context: dg.SensorEvaluationContext, warehouse: War
     minimum_interval_seconds=60,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="A distillation or evaluation run whose process is gone (a killed machine, session or OOM) is "
-                "marked failed and started again with the same partition and config; every stage resumes what "
-                "is stored (at most 3 times in a row).",
+                "marked failed and started again with the same partition and config, as is one that Dagster failed "
+                "because a signal interrupted it (a shutdown); every stage resumes what is stored (at most 3 times "
+                "in a row).",
 )
 def orphaned_run_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
     requests = []
@@ -192,6 +193,13 @@ def orphaned_run_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
             if reason is None or not partitions.has_partition_key(partition, dynamic_partitions_store=context.instance):
                 continue  # alive; or its partition was deleted (a teacher taken out of the registry): left as it is
             if (request := settle_orphan(context.instance, run, reason)) is not None:
+                requests.append(request)
+        terminated = context.instance.get_runs(dg.RunsFilter(job_name=job.name, statuses=[dg.DagsterRunStatus.FAILURE],
+                                                             tags=TERMINATED), limit=20)
+        for run in terminated:
+            partition = run.tags.get("dagster/partition", "")
+            if partitions.has_partition_key(partition, dynamic_partitions_store=context.instance) and \
+                    (request := terminated_resumption(context.instance, run)) is not None:
                 requests.append(request)
     if not requests:
         return dg.SensorResult(skip_reason="no run has lost its process")

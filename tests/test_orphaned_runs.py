@@ -104,3 +104,20 @@ def test_a_run_a_later_run_of_its_partition_took_over_is_left_failed(instance: d
     assert _tick(instance).run_requests == []
     assert instance.get_run_by_id(orphan.run_id).status is dg.DagsterRunStatus.FAILURE
     assert f"run {later.run_id} came after it" in _failure(instance, orphan.run_id)
+
+
+def test_a_run_a_shutdown_interrupted_is_started_again_once(instance: dg.DagsterInstance) -> None:
+    """SIGTERM at a shutdown: Dagster fails the run as an unexpected termination (not an orphan: its status is no
+    longer STARTED). It is started again like an orphan, and not again once its resumption exists; a run that failed
+    in a step is not."""
+    interrupted = _started_run(instance, os.getpid())
+    instance.add_run_tags(interrupted.run_id, {"dagster/failure_reason": "UNEXPECTED_TERMINATION"})
+    instance.report_run_failed(instance.get_run_by_id(interrupted.run_id), "interrupted")
+    broken = _started_run(instance, os.getpid(), partition="v2")
+    instance.add_run_tags(broken.run_id, {"dagster/failure_reason": "STEP_FAILURE"})
+    instance.report_run_failed(instance.get_run_by_id(broken.run_id), "a step failed")
+    requests = _tick(instance).run_requests
+    assert [(r.tags[RESUME_TAG], r.partition_key, r.tags[ATTEMPT_TAG]) for r in requests] == \
+        [(interrupted.run_id, "v1", "1")]
+    _started_run(instance, os.getpid(), **requests[0].tags)  # the resumption, launched
+    assert _tick(instance).run_requests == []
