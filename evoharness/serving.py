@@ -48,6 +48,28 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def port_in_use(host: str, port: int) -> bool:
+    """Whether something listens on ``host:port`` (a port left in TIME_WAIT counts as free, as for the server)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def stop_on_signals() -> None:
+    """Let SIGTERM and SIGHUP end this process the way Ctrl-C does (``KeyboardInterrupt``), so that ``finally``
+    blocks and context managers run: by default they end it at once, and a served model's child would be left
+    running."""
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, interrupt)
+
+
 CB_PAGE_TOKENS = 256
 """Tokens per page of transformers' paged cache (its ``ContinuousBatchingConfig.page_size`` default)."""
 
@@ -121,6 +143,9 @@ class ServedModel:
         if missing:
             raise ServingError(f"transformers serve needs {', '.join(missing)}, which is not installed: "
                                "pip install 'evoharness[serve]'")
+        if port_in_use(self.settings.host, self.port):  # /health would answer from that server, not ours
+            raise ServingError(f"port {self.port} on {self.settings.host} is in use (another server, perhaps one "
+                               "left running): stop it or pass another --port.")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self._process = subprocess.Popen(

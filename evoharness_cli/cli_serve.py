@@ -1,5 +1,5 @@
 """``evoharness serve``: a trained model version over an OpenAI-compatible HTTP API (``transformers serve``), until
-Ctrl-C, so it can be registered as an ``openai_compatible`` teacher or evaluated with ``--serve-url``."""
+Ctrl-C or SIGTERM, so it can be registered as an ``openai_compatible`` teacher or evaluated with ``--serve-url``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from evoharness.serving import ServedModel, ServeSettings, ServingError
+from evoharness.serving import ServedModel, ServeSettings, ServingError, stop_on_signals
 from evoharness.training.model_versions import required_version
 from evoharness_cli.cli_common import DbOption, console
 from warehouse import Warehouse, default_db_path
@@ -32,6 +32,7 @@ def serve_command(
     with Warehouse(db or default_db_path(), read_only=True) as wh:
         version = required_version(wh, model_version)
         player = wh.one("model_version_player", model_version=model_version)  # (folder, its dataset's bank)
+    stop_on_signals()  # a kill (SIGTERM, SIGHUP) stops the server's child too, as Ctrl-C does, from here on
     try:
         served = ServedModel(version.path, ServeSettings(host=host, port=port, device=device,
                                                   continuous_batching=continuous_batching,
