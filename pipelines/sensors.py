@@ -174,6 +174,13 @@ def new_model_version_sensor(context: dg.SensorEvaluationContext, warehouse: War
     )
 
 
+def _partition_exists(instance: dg.DagsterInstance, partitions: dg.DynamicPartitionsDefinition,
+                      run: dg.DagsterRun) -> bool:
+    """Whether ``run``'s partition still exists: a run of a deleted one (a teacher taken out of the registry) is left
+    as it is."""
+    return partitions.has_partition_key(run.tags.get("dagster/partition", ""), dynamic_partitions_store=instance)
+
+
 @dg.sensor(
     jobs=[distill_teacher_job, evaluate_student_job],
     minimum_interval_seconds=60,
@@ -188,17 +195,14 @@ def orphaned_run_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
     for job, partitions in ((distill_teacher_job, teacher_partitions), (evaluate_student_job, model_version_partitions)):
         started = context.instance.get_runs(dg.RunsFilter(job_name=job.name, statuses=[dg.DagsterRunStatus.STARTED]))
         for run in started:
-            reason = orphan_reason(context.instance, run)
-            partition = run.tags.get("dagster/partition", "")
-            if reason is None or not partitions.has_partition_key(partition, dynamic_partitions_store=context.instance):
-                continue  # alive; or its partition was deleted (a teacher taken out of the registry): left as it is
-            if (request := settle_orphan(context.instance, run, reason)) is not None:
+            if _partition_exists(context.instance, partitions, run) and \
+                    (reason := orphan_reason(context.instance, run)) is not None and \
+                    (request := settle_orphan(context.instance, run, reason)) is not None:
                 requests.append(request)
         terminated = context.instance.get_runs(dg.RunsFilter(job_name=job.name, statuses=[dg.DagsterRunStatus.FAILURE],
                                                              tags=TERMINATED), limit=20)
         for run in terminated:
-            partition = run.tags.get("dagster/partition", "")
-            if partitions.has_partition_key(partition, dynamic_partitions_store=context.instance) and \
+            if _partition_exists(context.instance, partitions, run) and \
                     (request := terminated_resumption(context.instance, run)) is not None:
                 requests.append(request)
     if not requests:
