@@ -175,7 +175,7 @@ def main() -> None:
            "launch": os.environ.get("EVOHARNESS_TRAIN_LAUNCH") if args.via == "dagster" else args.launch,
            **{split: played["grpo"][split] for split in args.splits}, "sft_student": played["sft"],
            "wall_seconds": seconds, **({"attempts": attempts} if attempts else {}), **report.commit(),
-           "command": report.command_line()}
+           "command": report.command_line(), "machine": report.machine()}  # the file's own machine is its last writer's
     earlier = json.loads(RESULTS.read_text())["runs"] if RESULTS.is_file() else []
     kept = [r for r in earlier if same_run(r) != same_run(row)]  # a rerun of the same versions replaces its row
     report.write_report(RESULTS, {"command": "python benchmarks/recipes.py --via dagster|cli --recipe NAME",
