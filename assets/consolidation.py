@@ -17,7 +17,6 @@ from evoharness.consolidation.config import ConsolidationConfig, LLMSettings, Qu
 from evoharness.consolidation.pipeline import consolidate
 from evoharness.reporting.charts import bar_chart_png, markdown_image, markdown_table
 from evoharness.stage_config import defaults
-from pipelines.instance import WAREHOUSE_RETRY
 from pipelines.partitions import teacher_partitions
 from pipelines.resources import AlfworldResource, WarehouseResource
 from warehouse import Warehouse
@@ -63,7 +62,6 @@ def _consolidator(config: ConsolidationRunConfig, settings: LLMSettings):  # typ
     code_version=ASSET_CODE_VERSION,
     kinds={"python", "duckdb"},
     description="Per-turn BPE training examples with Belief/Progress/Experience JSON, audit rows and bank versions.",
-    retry_policy=WAREHOUSE_RETRY,
 )
 @one_line_failures
 def bpe_examples(
@@ -113,7 +111,7 @@ def bpe_examples(
     return dg.MaterializeResult(metadata=metadata)
 
 
-@dg.asset_check(asset=bpe_examples, blocking=True, retry_policy=WAREHOUSE_RETRY,
+@dg.asset_check(asset=bpe_examples, blocking=True,
                 description="Belief precision/recall, Progress validity, parse validity and coverage of the latest "
                             "consolidation of this teacher are at or above QualityThresholds.")
 @one_line_failures

@@ -13,7 +13,6 @@ from evoharness.curation.build import curate
 from evoharness.curation.config import CurationConfig
 from evoharness.reporting.charts import bar_chart_png, markdown_image, markdown_table
 from evoharness.stage_config import defaults
-from pipelines.instance import WAREHOUSE_RETRY
 from pipelines.partitions import teacher_partitions
 from pipelines.resources import WarehouseResource
 
@@ -42,7 +41,6 @@ class CurationRunConfig(dg.Config):
     code_version=ASSET_CODE_VERSION,
     kinds={"python", "duckdb", "polars"},
     description="Success-filtered, quality-gated, deduplicated, task-balanced SFT dataset (train games only).",
-    retry_policy=WAREHOUSE_RETRY,
 )
 @one_line_failures
 def sft_dataset(context: dg.AssetExecutionContext, config: CurationRunConfig,
@@ -81,7 +79,7 @@ def sft_dataset(context: dg.AssetExecutionContext, config: CurationRunConfig,
     return dg.MaterializeResult(metadata=metadata)
 
 
-@dg.asset_check(asset=sft_dataset, blocking=True, retry_policy=WAREHOUSE_RETRY,
+@dg.asset_check(asset=sft_dataset, blocking=True,
                 description="No game of valid_seen or valid_unseen is in the dataset (read back from disk and "
                             "from dataset_games, both checked against the games table).")
 @one_line_failures

@@ -13,7 +13,6 @@ from evoharness.harness.prompts import Mode
 from evoharness.reporting.charts import bar_chart_png, markdown_image, markdown_table
 from evoharness.stage_config import defaults
 from evoharness.teachers.preflight import PreflightError
-from pipelines.instance import WAREHOUSE_RETRY
 from pipelines.partitions import teacher_partitions
 from pipelines.resources import AlfworldResource, WarehouseResource
 
@@ -75,7 +74,6 @@ def collection_config(teacher: str, config: CollectionRunConfig, data_root: str 
     code_version=ASSET_CODE_VERSION,
     kinds={"python", "duckdb"},
     description="Episodes, steps and harness calls of one teacher, written to the warehouse (resumable).",
-    retry_policy=WAREHOUSE_RETRY,
 )
 @one_line_failures
 def teacher_episodes(
@@ -128,7 +126,7 @@ def teacher_episodes(
     return dg.MaterializeResult(metadata=metadata)
 
 
-@dg.asset_check(asset=teacher_episodes, blocking=True, retry_policy=WAREHOUSE_RETRY,
+@dg.asset_check(asset=teacher_episodes, blocking=True,
                 description="Every episode has steps; no step after done; won episodes end with done; no failed "
                             "episode is stored as won.")
 @one_line_failures

@@ -14,7 +14,6 @@ from evoharness.harness.prompts import Mode
 from evoharness.reporting.charts import bar_chart_png, markdown_image, markdown_table
 from evoharness.stage_config import defaults
 from evoharness.training.model_versions import stored_version
-from pipelines.instance import WAREHOUSE_RETRY
 from pipelines.partitions import model_version_partitions
 from pipelines.resources import AlfworldResource, WarehouseResource
 
@@ -57,7 +56,6 @@ class EvaluationRunConfig(dg.Config):
     kinds={"pytorch", "duckdb"},
     description="Success per split and task type, steps, harness calls, invalid turns and tokens of one model "
                 "version, beside the teacher it was distilled from (policy_evaluation view).",
-    retry_policy=WAREHOUSE_RETRY,
 )
 @one_line_failures
 def student_evaluation(context: dg.AssetExecutionContext, config: EvaluationRunConfig, alfworld: AlfworldResource,

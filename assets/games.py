@@ -6,12 +6,11 @@ import dagster as dg
 from assets.failures import one_line_failures
 from assets.lineage import ASSET_CODE_VERSION
 from evoharness.reporting.charts import markdown_table
-from pipelines.instance import WAREHOUSE_RETRY
 from pipelines.resources import AlfworldResource, WarehouseResource
 
 
 @dg.asset(group_name="collection", code_version=ASSET_CODE_VERSION, kinds={"python", "duckdb"},
-          description="Every ALFWorld game of the data folder, with split and task type.", retry_policy=WAREHOUSE_RETRY)
+          description="Every ALFWorld game of the data folder, with split and task type.")
 @one_line_failures
 def alfworld_games(
     context: dg.AssetExecutionContext, alfworld: AlfworldResource, warehouse: WarehouseResource

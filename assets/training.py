@@ -30,7 +30,6 @@ from evoharness.training.model_versions import (
 from evoharness.training.realize import realize
 from evoharness.training.recipes import Recipe
 from evoharness.training.sft_config import SFTSettings
-from pipelines.instance import WAREHOUSE_RETRY
 from pipelines.partitions import register_model_version, teacher_partitions
 from pipelines.resources import AlfworldResource, StudentResource, TrainingLauncher, WarehouseResource
 from warehouse import Warehouse
@@ -46,8 +45,7 @@ class SFTRunConfig(RecipeRunConfig):
 
 
 training_asset = functools.partial(dg.asset, partitions_def=teacher_partitions, group_name="training",
-                                   code_version=ASSET_CODE_VERSION, kinds={"pytorch", "duckdb"},
-                                   retry_policy=WAREHOUSE_RETRY)
+                                   code_version=ASSET_CODE_VERSION, kinds={"pytorch", "duckdb"})
 """``dg.asset`` for a teacher's training stage: partitioned by teacher, in the training group."""
 
 

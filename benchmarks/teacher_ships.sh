@@ -40,8 +40,10 @@ if ! grep -q "name: $TEACHER" "$EVOHARNESS_TEACHERS"; then
 fi
 # A distill_teacher run killed with an earlier session stays STARTED until the daemon's orphaned_run_sensor marks it
 # failed and starts it again (every stage resumes what is stored): the daemon alone carries the run to its end.
+# `dagster dev`, as the README runs it: its daemon and webserver share one code server (a bare `dagster-daemon run -m`
+# starts a new one every 60 s, about 7 % of a core; notebook 2026-12-05).
 echo "=== $(date -u) daemon"
-setsid dagster-daemon run -m pipelines.definitions > $RUNS/teacher_ships_daemon.log 2>&1 &
+setsid dagster dev -m pipelines.definitions -p 3011 > $RUNS/teacher_ships_daemon.log 2>&1 &
 DAEMON=$!
 python - <<'PY'
 # wait until the teacher's distillation succeeded and both new versions have an evaluation

@@ -3,8 +3,8 @@ the retry policy of every step that writes the warehouse.
 
 Warehouse writers are not queued by the instance (no concurrency pool): each stage holds the DuckDB file only
 around its writes and waits for another process's write (``$EVOHARNESS_LOCK_WAIT_S``, ``warehouse.db``); a step
-whose wait expired fails with one line naming the holder and is retried by :data:`WAREHOUSE_RETRY` (every stage
-resumes where it stopped). Why not a pool: docs/concurrency.md.
+whose wait expired fails with one line naming the holder and is retried on :data:`WAREHOUSE_RETRY`'s schedule (every
+stage resumes where it stopped). Why not a pool: docs/concurrency.md.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ INSTANCE_CONFIG: dict[str, object] = {
 """What ``dagster.yaml`` holds; everything else is Dagster's default (SQLite storage under ``$DAGSTER_HOME``)."""
 
 WAREHOUSE_RETRY = dg.RetryPolicy(max_retries=3, delay=30, backoff=dg.Backoff.EXPONENTIAL)
-"""Retries of a step whose warehouse wait expired (``assets.failures`` allows retries of that failure only):
-after 30, 90 and 210 s, each attempt waiting ``$EVOHARNESS_LOCK_WAIT_S`` again, so a step gives up only after the
+"""The schedule of a step's retries after its warehouse wait expired (``assets.failures`` requests them for that
+failure only; it is no step's retry policy, which Dagster would apply to any error and to an interrupt): after 30, 90
+and 210 s, each attempt waiting ``$EVOHARNESS_LOCK_WAIT_S`` again, so a step gives up only after the
 file was held for about 4 × 120 + 330 s (default wait) — far beyond any measured hold (docs/concurrency.md)."""
 
 

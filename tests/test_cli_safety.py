@@ -595,17 +595,18 @@ def test_a_truncated_dataset_is_one_line_and_curate_rebuilds_it(env: dict[str, s
 
 
 def test_dagster_steps_retry_only_a_locked_warehouse() -> None:
-    """A lock clears, so a retry policy may retry it; a warehouse path that is not a DuckDB file never will."""
+    """A lock clears, so the step asks for a retry on WAREHOUSE_RETRY's schedule, caused by the one-line failure; a
+    warehouse path that is not a DuckDB file is never retried."""
     import dagster as dg
 
     from assets.failures import known_failures
     from warehouse import WarehouseLockedError, WarehouseOpenError
 
-    outcomes = {}
-    for name, error in [("locked", WarehouseLockedError("warehouse /w.duckdb is in use (waited 120s)")),
-                        ("not duckdb", WarehouseOpenError("/w.duckdb is not a DuckDB file"))]:
-        with pytest.raises(dg.Failure) as failed, known_failures():
-            raise error
-        outcomes[name] = (failed.value.allow_retries, failed.value.description)
-    assert outcomes == {"locked": (True, "warehouse /w.duckdb is in use (waited 120s)"),
-                        "not duckdb": (False, "/w.duckdb is not a DuckDB file")}
+    with pytest.raises(dg.RetryRequested) as retried, known_failures():
+        raise WarehouseLockedError("warehouse /w.duckdb is in use (waited 120s)")
+    assert (retried.value.max_retries, retried.value.seconds_to_wait) == (3, 30)  # outside a step: the first attempt
+    cause = retried.value.__cause__
+    assert isinstance(cause, dg.Failure) and cause.description == "warehouse /w.duckdb is in use (waited 120s)"
+    with pytest.raises(dg.Failure) as failed, known_failures():
+        raise WarehouseOpenError("/w.duckdb is not a DuckDB file")
+    assert (failed.value.allow_retries, failed.value.description) == (False, "/w.duckdb is not a DuckDB file")
