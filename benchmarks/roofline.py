@@ -4,7 +4,8 @@
 
 The roofline is the sustained ``torch`` matmul throughput over the student's own projections (hidden 256, key/value
 128, MLP 768, LM head 1,024) at a decode batch (16 and 64 rows) and at a prefill / training batch (4,096 rows), in
-fp32 and bf16, on 1 and 2 threads. The stages run the randomly initialised ``small`` architecture (speed, not skill):
+fp32 and bf16, on 1 and 2 threads. The stages run the randomly initialised ``small`` architecture (speed, not skill),
+in fp32, and in bf16 too where the CPU has bf16 units (where it emulates bf16 the recipes train in fp32):
 
 * ``sft``: forward, backward and AdamW step on a batch of 14 examples of 290 tokens (3 forward passes of FLOPs);
 * ``prefill``: one forward pass over packed prompts of 290 tokens (the student rendering's mean turn);
@@ -31,7 +32,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import write_report
+from report import command_line, write_report
 
 RESULTS = Path(__file__).resolve().parent / "results" / "roofline.json"
 PROMPT_TOKENS = 290
@@ -176,6 +177,9 @@ def main() -> None:
     shapes = student_shapes()
     roofline: dict[str, dict[str, float]] = {}
     stages: dict[str, dict[str, dict[str, float]]] = {}
+    from evoharness.training.hardware import bf16_units
+
+    precisions = [("fp32", torch.float32), *([("bf16", torch.bfloat16)] if bf16_units() else [])]
     for threads in args.threads:
         torch.set_num_threads(threads)
         for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
@@ -183,17 +187,17 @@ def main() -> None:
             roofline[key] = {f"rows_{rows}": round(matmul_roofline(shapes, rows, dtype) / 1e9, 2)
                              for rows in (16, 64, 4096)}
             print("roofline GFLOP/s", key, roofline[key], flush=True)
-        key = f"fp32_{threads}t"
-        rates = stage_rates(torch.float32)
-        stages[key] = {}
-        for stage, rate in rates.items():
-            shape = "rows_4096" if stage in ("sft", "prefill", "grpo_scoring") else f"rows_{stage.split('_')[1]}"
-            stages[key][stage] = {"gflops": round(rate / 1e9, 2),
-                                  "fraction_of_fp32": round(rate / 1e9 / roofline[key][shape], 3),
-                                  "fraction_of_bf16": round(rate / 1e9 / roofline[f"bf16_{threads}t"][shape], 3)}
-        print("stages", key, stages[key], flush=True)
+        for name, dtype in precisions:
+            key = f"{name}_{threads}t"
+            stages[key] = {}
+            for stage, rate in stage_rates(dtype).items():
+                shape = "rows_4096" if stage in ("sft", "prefill", "grpo_scoring") else f"rows_{stage.split('_')[1]}"
+                stages[key][stage] = {"gflops": round(rate / 1e9, 2),
+                                      "fraction_of_fp32": round(rate / 1e9 / roofline[f"fp32_{threads}t"][shape], 3),
+                                      "fraction_of_bf16": round(rate / 1e9 / roofline[f"bf16_{threads}t"][shape], 3)}
+            print("stages", key, stages[key], flush=True)
     report = {
-        "benchmark": "roofline", "command": "OMP_NUM_THREADS=1 python benchmarks/roofline.py",
+        "benchmark": "roofline", "command": f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} {command_line()}",
         "unit": "GFLOP/s", "shapes": shapes, "prompt_tokens": PROMPT_TOKENS,
         "flops_per_token": {"forward_no_attention": forward_flops_per_token(shapes, 0),
                             "forward_at_context_290": forward_flops_per_token(shapes, PROMPT_TOKENS)},
