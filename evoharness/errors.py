@@ -57,6 +57,15 @@ class MissingInputError(EvoharnessError, LookupError):
 _MAKERS = {"dataset": "`evoharness curate` or `relabel`", "model": "`evoharness sft` or `grpo`"}
 
 
+class TrainingInProgressError(EvoharnessError):
+    """Another process trains the same model version now (its output folder's training lock is held)."""
+
+    def __init__(self, model_version: str, holder: str) -> None:
+        self.model_version = model_version
+        super().__init__(f"Model version {model_version!r} is being trained now by {holder}: wait for it to end, "
+                         "or stop it and rerun (training resumes from its newest checkpoint).")
+
+
 class CorruptArtifactError(EvoharnessError):
     """A dataset or model folder that is incomplete or damaged (a kill while saving, a deleted file)."""
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +25,21 @@ from evoharness.training.model_versions import TrainingJob
 from evoharness.training.sft import train_sft
 from evoharness.training.sft_config import SFTSettings
 from evoharness.training.trainer_utils import LogCallback
+from evoharness.training.training_lock import training_lock
 
 SHOWN = ("loss", "eval_loss", "mean_token_accuracy", "reward", "episode/success", "episode/harness_calls", "kl")
 """The logged values a Pipes progress line shows."""
 
 
 def run_training_job(job: TrainingJob, on_log: LogCallback | None = None) -> dict[str, Any]:
-    """Train ``job`` (in this process, or in each process of an ``accelerate launch``); the ``model_versions``
-    fields it produced, JSON-ready."""
+    """Train ``job`` (in this process, or in each process of an ``accelerate launch``, whose main process holds the
+    version's training lock); the ``model_versions`` fields it produced, JSON-ready."""
+    main_process = int(os.environ.get("RANK", "0")) == 0
+    with training_lock(job.output_dir, job.model_version) if main_process else nullcontext():
+        return _train(job, on_log)
+
+
+def _train(job: TrainingJob, on_log: LogCallback | None) -> dict[str, Any]:
     if job.stage == "sft":
         sft = train_sft(job.source, job.output_dir, SFTSettings.model_validate(job.settings), on_log=on_log)
         return {"path": sft.model_dir, "train_examples": sft.train_examples,

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from evoharness.training.model_versions import ModelVersion, TrainingJob, store_training_result
 from evoharness.training.trainer_utils import LogCallback
+from evoharness.training.training_lock import ensure_not_training
 from warehouse import Warehouse
 
 JOB_RUNNER_MODULE = "evoharness.training.job_runner"
@@ -90,5 +91,6 @@ def realize(wh: Warehouse, plan: Callable[[Warehouse], ModelVersion | TrainingJo
     planned = plan(wh)
     if isinstance(planned, ModelVersion):
         return planned
+    ensure_not_training(planned.output_dir, planned.model_version)  # one line here, not a failed child's traceback
     wh.release()
     return store_training_result(wh, planned, runner.run(planned))
