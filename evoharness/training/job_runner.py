@@ -34,9 +34,13 @@ SHOWN = ("loss", "eval_loss", "mean_token_accuracy", "reward", "episode/success"
 def run_training_job(job: TrainingJob, on_log: LogCallback | None = None) -> dict[str, Any]:
     """Train ``job`` (in this process, or in each process of an ``accelerate launch``, whose main process holds the
     version's training lock); the ``model_versions`` fields it produced, JSON-ready."""
-    main_process = int(os.environ.get("RANK", "0")) == 0
-    with training_lock(job.output_dir, job.model_version) if main_process else nullcontext():
+    with training_lock(job.output_dir, job.model_version) if is_main_process() else nullcontext():
         return _train(job, on_log)
+
+
+def is_main_process() -> bool:
+    """This process is the only one, or rank 0 of an ``accelerate launch``."""
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 def _train(job: TrainingJob, on_log: LogCallback | None) -> dict[str, Any]:
@@ -61,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     if len(args) != 2:
         raise SystemExit("usage: python -m evoharness.training.job_runner JOB.json RESULT.json")
     job = TrainingJob.model_validate_json(Path(args[0]).read_text())
-    main_process = int(os.environ.get("RANK", "0")) == 0  # under accelerate launch, only rank 0 reports
+    main_process = is_main_process()  # under accelerate launch, only rank 0 reports
     with ExitStack() as stack:
         pipes = None
         if main_process and os.environ.get("DAGSTER_PIPES_CONTEXT"):
