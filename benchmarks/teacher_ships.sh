@@ -8,7 +8,9 @@
 #     RUNS=/path/to/runs bash benchmarks/teacher_ships.sh >> teacher_ships.log 2>&1
 #
 # RUNS holds recipes/ (warehouse.duckdb, dagster_home, models: the small recipe's run through Dagster, as
-# `benchmarks/recipes.py --via dagster --recipe small` leaves it). Logs go to $RUNS/teacher_ships_*.log.
+# `benchmarks/recipes.py --via dagster --recipe small` leaves it); where it holds no such student yet, that run comes
+# first (on an AMX Xeon: about 1 h 20 min with its evaluations, then about 2 h here). Logs go to
+# $RUNS/teacher_ships_*.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS="${RUNS:?set RUNS to the folder holding recipes/ (the small recipe: warehouse and Dagster instance)}"
@@ -20,10 +22,18 @@ export ALFWORLD_DATA="${ALFWORLD_DATA:-$(cd .. && pwd)/shared/alfworld}" EVOHARN
 TEACHER=served-student PORT=8011
 export TEACHER
 [ -f "$EVOHARNESS_TEACHERS" ] || cp teachers.yaml "$EVOHARNESS_TEACHERS"
-VERSION=$(python -c "
+newest_expert_student() {
+  python -c "
 from warehouse import Warehouse, default_db_path
 with Warehouse(default_db_path(), read_only=True) as wh:
-    print(wh.query('newest_model_version', teacher='expert', stage='grpo')[1][0][0])")
+    print(wh.query('newest_model_version', teacher='expert', stage='grpo')[1][0][0])" 2>/dev/null
+}
+if ! VERSION=$(newest_expert_student); then
+  echo "=== $(date -u) no small-recipe student of the expert yet: its recipe run through Dagster first"
+  mkdir -p $RUNS/recipes
+  python benchmarks/recipes.py --via dagster --recipe small --teacher expert
+  VERSION=$(newest_expert_student)
+fi
 echo "=== $(date -u) serving $VERSION"
 setsid evoharness serve --model-version "$VERSION" --port $PORT --threads 2 > $RUNS/teacher_ships_serve.log 2>&1 &
 SERVER=$!
