@@ -21,6 +21,7 @@ export ALFWORLD_DATA="${ALFWORLD_DATA:-$(cd .. && pwd)/shared/alfworld}" EVOHARN
        PYTHONPATH=$(pwd)
 TEACHER=served-student PORT=8011
 export TEACHER
+mkdir -p $RUNS/recipes
 [ -f "$EVOHARNESS_TEACHERS" ] || cp teachers.yaml "$EVOHARNESS_TEACHERS"
 newest_expert_student() {
   python -c "
@@ -30,7 +31,6 @@ with Warehouse(default_db_path(), read_only=True) as wh:
 }
 if ! VERSION=$(newest_expert_student); then
   echo "=== $(date -u) no small-recipe student of the expert yet: its recipe run through Dagster first"
-  mkdir -p $RUNS/recipes
   python benchmarks/recipes.py --via dagster --recipe small --teacher expert
   VERSION=$(newest_expert_student)
 fi
