@@ -58,3 +58,42 @@ def test_realize_refuses_a_version_that_is_being_trained_before_it_starts_a_seco
           pytest.raises(TrainingInProgressError)):
         realize(wh, lambda w: job, Recording())
     assert started == []
+
+
+ORPHAN = """
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c",
+                          "from evoharness.training.job_runner import die_with_parent; import time; "
+                          "die_with_parent(); print('ready', flush=True); time.sleep(120)"],
+                         start_new_session=True, stdout=subprocess.PIPE, text=True)
+assert child.stdout.readline().strip() == "ready"
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+"""A launcher that starts a training worker in a session of its own, as ``accelerate launch`` does."""
+
+
+def test_a_training_worker_dies_with_its_killed_launcher() -> None:
+    """Killing a launcher's process group misses workers in sessions of their own; the kernel kills them instead,
+    so no orphan trains beside the resumed run (and holds its lock)."""
+    import os
+    import signal
+    import time
+
+    def alive(pid: int) -> bool:  # a killed worker nobody has reaped yet is a zombie: dead
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    launcher = subprocess.Popen([sys.executable, "-c", ORPHAN], stdout=subprocess.PIPE, text=True,
+                                env=subprocess_env(), start_new_session=True)
+    assert launcher.stdout is not None
+    worker = int(launcher.stdout.readline())
+    assert alive(worker)
+    os.killpg(launcher.pid, signal.SIGKILL)
+    launcher.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while alive(worker):
+        assert time.monotonic() < deadline, f"worker {worker} outlived its killed launcher"
+        time.sleep(0.2)

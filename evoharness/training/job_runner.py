@@ -60,10 +60,25 @@ def _train(job: TrainingJob, on_log: LogCallback | None) -> dict[str, Any]:
             "decision_history": [], "tokens_seen": None}
 
 
+def die_with_parent() -> None:
+    """On Linux, have the kernel kill this process when the process that started it ends. ``accelerate launch``
+    starts its workers in sessions of their own, so killing the launcher's process group (a killed run, a killed
+    command) would leave them training, and writing checkpoints, beside the run that resumes it."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    set_parent_death_signal = 1  # PR_SET_PDEATHSIG
+    if ctypes.CDLL(None, use_errno=True).prctl(set_parent_death_signal, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
         raise SystemExit("usage: python -m evoharness.training.job_runner JOB.json RESULT.json")
+    die_with_parent()
     job = TrainingJob.model_validate_json(Path(args[0]).read_text())
     main_process = is_main_process()  # under accelerate launch, only rank 0 reports
     with ExitStack() as stack:
