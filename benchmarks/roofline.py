@@ -31,6 +31,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch
 
+from evoharness.training.hardware import bf16_units
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import command_line, write_report
 
@@ -177,8 +179,6 @@ def main() -> None:
     shapes = student_shapes()
     roofline: dict[str, dict[str, float]] = {}
     stages: dict[str, dict[str, dict[str, float]]] = {}
-    from evoharness.training.hardware import bf16_units
-
     precisions = [("fp32", torch.float32), *([("bf16", torch.bfloat16)] if bf16_units() else [])]
     for threads in args.threads:
         torch.set_num_threads(threads)
