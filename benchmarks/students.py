@@ -11,7 +11,8 @@ Stages, each an ``evoharness`` command run in order (printed, and recorded with 
 - ``sft``: the recipe's SFT, once per ``--sft-seeds``;
 - ``grpo``: the recipe's curriculum and GRPO from each SFT version, once per ``--grpo-seeds``;
 - ``dev``: every version of the recipe played on ``dev`` (where choices are made);
-- ``final``: every version played on ``valid_seen`` and ``valid_unseen``: run it once, for a final recipe;
+- ``final``: every version played on ``valid_seen`` and ``valid_unseen``: run it once, for a final recipe (never
+  with a ``--set`` variant other than seeds: variants are screens, decided on ``dev``);
 - ``results``: benchmarks/results/students.json: one row per version (recipe, seed, command chain with launcher and
   environment, code version, precision and the CPU flags that chose it, success per split played, paired McNemar
   against the parent) and one claim per recipe stage over its seeds (mean, min–max, seeds significant).
@@ -38,7 +39,7 @@ import report
 
 from evoharness.evaluation.compare import paired_outcomes
 from evoharness.reporting.training_curves import grpo_seeds_png
-from evoharness.training.recipes import DEFAULT_RECIPE, Recipe, load_recipe
+from evoharness.training.recipes import DEFAULT_RECIPE, Recipe, load_recipe, variant_overrides
 from warehouse import Warehouse, default_db_path
 
 RESULTS = report.RESULTS / "students.json"
@@ -92,8 +93,7 @@ STAGE_SECTIONS = {"sft": ("sft.",), "grpo": ("sft.", "curriculum.", "grpo.")}
 
 def stage_overrides(overrides: list[str], stage: str) -> list[str]:
     """The overrides that shape a ``stage`` version, the seed left out (seeds tell replicates apart)."""
-    return [o for o in overrides
-            if o.startswith(STAGE_SECTIONS.get(stage, ())) and not o.split("=")[0].endswith(".seed")]
+    return [o for o in variant_overrides(overrides) if o.startswith(STAGE_SECTIONS.get(stage, ()))]
 
 
 def recipe_versions(db: str, recipe: Recipe, overrides: list[str]) -> list[dict[str, Any]]:
@@ -134,7 +134,10 @@ def precision(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 def version_row(db: str, row: dict[str, Any], chain: list[str]) -> dict[str, Any]:
+    """One version's row: ``chain`` (the commands that trained it) then the evaluations it played."""
     splits = {split: result for split in (*DEV, *HELD_OUT) if (result := played(db, row["model_version"], split))}
+    evaluations = [with_environment(evaluate_command(row["model_version"], group)) for group in
+                   (tuple(s for s in stage if s in splits) for stage in (DEV, HELD_OUT)) if group]
     parent = row["parent_version"]
     return {"model_version": row["model_version"], "stage": row["stage"], "parent_version": parent,
             "seed": row["settings"]["seed"], "recipe": row["recipe"], "recipe_sha256": row["recipe_sha256"],
@@ -142,7 +145,7 @@ def version_row(db: str, row: dict[str, Any], chain: list[str]) -> dict[str, Any
             "precision": precision(row["settings"]), "train_seconds": round(row["seconds"], 1),
             "splits_played": sorted(splits), **splits,
             "against_parent": against_parent(db, row["model_version"], parent) if parent else {},
-            "command": chain}
+            "command": [*chain, *evaluations]}
 
 
 def claims(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -194,6 +197,9 @@ def main() -> None:
     parser.add_argument("--grpo-seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--launch", default=None, help="train SFT and GRPO under this launcher")
     args = parser.parse_args()
+    if "final" in args.stages and variant_overrides(args.overrides):
+        parser.error("--stages final plays the held-out splits, which are for a recipe as shipped; a --set variant is "
+                     "a screen, decided on dev (write the values into a recipe file to make it final)")
     recipe = load_recipe(args.recipe, args.overrides)
     db = str(default_db_path())
     if "data" in args.stages:
@@ -220,10 +226,7 @@ def main() -> None:
             for version in chains:
                 run(evaluate_command(version, splits))
     if "results" in args.stages:
-        rows = [version_row(db, row, [*chains[row["model_version"]],
-                                      *[with_environment(evaluate_command(row["model_version"], s))
-                                        for s in (DEV, HELD_OUT)]])
-                for row in versions if row["model_version"] in chains]
+        rows = [version_row(db, row, chains[row["model_version"]]) for row in versions if row["model_version"] in chains]
         earlier = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
         kept = [r for r in earlier.get("runs", []) if r["model_version"] not in chains]
         every = [*kept, *rows]

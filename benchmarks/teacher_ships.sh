@@ -19,6 +19,7 @@ export ALFWORLD_DATA="${ALFWORLD_DATA:-$(cd .. && pwd)/shared/alfworld}" EVOHARN
        DAGSTER_DISABLE_TELEMETRY=1 EVOHARNESS_TEACHERS=$RUNS/recipes/teachers.yaml \
        EVOHARNESS_TRAIN_LAUNCH="accelerate launch --config_file configs/accelerate/multi_cpu.yaml" \
        PYTHONPATH=$(pwd)
+[ -d "$ALFWORLD_DATA/json_2.1.1" ] || { echo "no json_2.1.1/ under ALFWORLD_DATA=$ALFWORLD_DATA: set ALFWORLD_DATA"; exit 2; }
 TEACHER=served-student PORT=8011
 export TEACHER
 mkdir -p $RUNS/recipes
@@ -52,6 +53,20 @@ fi
 # failed and starts it again (every stage resumes what is stored): the daemon alone carries the run to its end.
 # `dagster dev`, as the README runs it: its daemon and webserver share one code server (a bare `dagster-daemon run -m`
 # starts a new one every 60 s, about 7 % of a core; notebook 2026-12-05).
+# A distill_teacher run of the teacher that failed for a cause now fixed (the sensor does not request a run key
+# twice) is launched again, as the UI's re-execution would: every stage resumes what is stored.
+if FAILED=$(python -c "
+import json, os, sys
+import dagster as dg
+with dg.DagsterInstance.get() as instance:
+    runs = instance.get_runs(dg.RunsFilter(job_name='distill_teacher', tags={'dagster/partition': os.environ['TEACHER']}), limit=1)
+    if not runs or runs[0].status != dg.DagsterRunStatus.FAILURE or runs[0].tags.get('dagster/failure_reason') == 'UNEXPECTED_TERMINATION':
+        sys.exit(1)  # none, still going, or resumed by the orphan sensor
+    print(json.dumps(runs[0].run_config))" 2>/dev/null); then
+  echo "=== $(date -u) the failed distillation again"
+  dagster job launch -m pipelines.definitions -j distill_teacher --config-json "$FAILED" \
+      --tags "{\"dagster/partition\": \"$TEACHER\", \"teacher\": \"$TEACHER\"}"
+fi
 echo "=== $(date -u) daemon"
 setsid dagster dev -m pipelines.definitions -p 3011 > $RUNS/teacher_ships_daemon.log 2>&1 &
 DAEMON=$!

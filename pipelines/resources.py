@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -26,13 +27,15 @@ class WarehouseResource(dg.ConfigurableResource):
     def open(self) -> Warehouse:
         return Warehouse(self.db_path())
 
-    def model_versions(self, lock_wait_s: float = 10.0) -> list[str]:
-        """Every trained model version, oldest first (read-only; ``[]`` before the warehouse exists)."""
+    def model_versions(self, lock_wait_s: float = 10.0) -> dict[str, list[str]]:
+        """Every trained model version with the recipe overrides it trained with, oldest first (read-only; empty
+        before the warehouse exists)."""
         path = self.db_path()
         if not os.path.exists(path):
-            return []
+            return {}
         with Warehouse(path, read_only=True, lock_wait_s=lock_wait_s) as wh:
-            return [r[0] for r in wh.query("model_versions_by_creation")[1]]
+            return {version: json.loads(overrides or "[]")
+                    for version, overrides in wh.query("model_versions_by_creation")[1]}
 
 
 class AlfworldResource(dg.ConfigurableResource):

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import dagster as dg
 import duckdb
 
+from evoharness.evaluation.protocol import protocol_splits
 from evoharness.teachers.preflight import run_preflight
 from evoharness.teachers.registry import TeacherRegistry, TeacherSpec
 from pipelines.orphans import TERMINATED, orphan_reason, settle_orphan, terminated_resumption
@@ -148,15 +150,24 @@ evaluate_student_job = dg.define_asset_job(
 )
 
 
+def evaluation_run_config(recipe_overrides: list[str]) -> dict[str, Any]:
+    """A new version's evaluation run config: a recipe as shipped (any seed) is final and plays the held-out
+    splits; a variant (a screen) plays ``dev`` only (:func:`~evoharness.evaluation.protocol.protocol_splits`)."""
+    return {"ops": {STUDENT_EVALUATION.to_python_identifier(): {"config": {
+        "splits": list(protocol_splits(recipe_overrides))}}}}
+
+
 @dg.sensor(
     job=evaluate_student_job,
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Model versions without student_evaluation become evaluation runs of their partition.",
+    description="Model versions without student_evaluation become evaluation runs of their partition: a recipe "
+                "as shipped on the held-out splits, a variant (a screen) on dev only.",
 )
 def new_model_version_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource) -> dg.SensorResult:
     """``model_versions`` is the truth for students: every version there (trained by Dagster or by
-    ``evoharness sft``/``grpo``) gets its partition and, until it has one, an evaluation run."""
+    ``evoharness sft``/``grpo``) gets its partition and, until it has one, an evaluation run on the splits of the
+    results protocol (:func:`evaluation_run_config`)."""
     try:
         versions = warehouse.model_versions()
     except (OSError, duckdb.Error, WarehouseOpenError) as exc:  # a writer holds it past the wait
@@ -164,8 +175,9 @@ def new_model_version_sensor(context: dg.SensorEvaluationContext, warehouse: War
     known = set(context.instance.get_dynamic_partitions(MODEL_VERSION_PARTITIONS_NAME))
     missing = [version for version in versions if version not in known]
     evaluated = context.instance.get_materialized_partitions(STUDENT_EVALUATION)
-    requests = [dg.RunRequest(partition_key=version, run_key=version, tags={"model_version": version})
-                for version in versions if version not in evaluated]
+    requests = [dg.RunRequest(partition_key=version, run_key=version, tags={"model_version": version},
+                              run_config=evaluation_run_config(overrides))
+                for version, overrides in versions.items() if version not in evaluated]
     if not requests and not missing:
         return dg.SensorResult(skip_reason="every model version has an evaluation")
     return dg.SensorResult(

@@ -133,6 +133,8 @@ def test_cli_trained_version_gets_an_evaluation_run_on_the_next_sensor_tick(cura
         tick = new_model_version_sensor(dg.build_sensor_context(instance=instance, definitions=defs,
                                                                  resources=resources))
         assert [r.partition_key for r in tick.run_requests] == [version]
+        # trained with overrides: a screen, played on dev only (the held-out splits are for final versions)
+        assert tick.run_requests[0].run_config == {"ops": {"student_evaluation": {"config": {"splits": ["dev"]}}}}
         (added,) = tick.dynamic_partitions_requests
         assert list(added.partition_keys) == [version]
         instance.add_dynamic_partitions(MODEL_VERSION_PARTITIONS_NAME, list(added.partition_keys))

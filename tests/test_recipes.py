@@ -15,6 +15,7 @@ from evoharness.training.recipes import (
     load_recipe,
     option_fields,
     recipe_names,
+    variant_overrides,
 )
 from tests.conftest import recipe_settings
 
@@ -163,3 +164,14 @@ def test_the_cli_passes_typed_options_as_recipe_values() -> None:
         cli_training.load_recipe = original
     assert seen == {"recipe": "tiny", "overrides": ["grpo.max_steps=2"],
                     "values": {"grpo.learning_rate": 1e-3, "grpo.reward.call_cost": 0.05}}
+
+
+def test_only_a_recipe_as_shipped_plays_the_held_out_splits_by_default() -> None:
+    from evoharness.evaluation.protocol import protocol_splits
+    from pipelines.sensors import evaluation_run_config
+
+    assert variant_overrides(["grpo.seed=2", "sft.seed=1"]) == []  # seeds are replicates of the recipe
+    assert variant_overrides(["grpo.seed=0", "grpo.beta=0"]) == ["grpo.beta=0"]
+    assert protocol_splits([]) == protocol_splits(["grpo.seed=1"]) == ("valid_seen", "valid_unseen")
+    assert protocol_splits(["grpo.beta=0", "grpo.seed=0"]) == ("dev",)  # a screen: choices are made on dev
+    assert evaluation_run_config(["sft.epochs=2"]) == {"ops": {"student_evaluation": {"config": {"splits": ["dev"]}}}}

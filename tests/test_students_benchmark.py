@@ -63,3 +63,25 @@ def test_a_grpo_configuration_finds_the_sft_parent_trained_without_its_grpo_over
     assert students.stage_overrides(grpo_only, "sft") == []  # the recipe's SFT parent is this configuration's
     assert students.stage_overrides(grpo_only, "grpo") == ["grpo.max_steps=48"]  # seeds are replicates
     assert students.stage_overrides(["sft.epochs=2", "grpo.beta=0.1"], "sft") == ["sft.epochs=2"]
+
+
+def test_a_rows_command_names_only_the_evaluations_it_played(students: ModuleType,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(students, "played", lambda db, policy, split: {"success": 0.7} if split == "dev" else None)
+    monkeypatch.setattr(students, "precision", lambda settings: {"bf16": True})
+    screen = {"model_version": "expert-grpo-x", "stage": "grpo", "parent_version": None, "settings": {"seed": 0},
+              "recipe": "small", "recipe_sha256": "s", "recipe_overrides": '["grpo.beta=0"]', "code_version": "c",
+              "seconds": 1.0}
+    row = students.version_row("unused.duckdb", screen, ["evoharness grpo ..."])
+    assert row["splits_played"] == ["dev"]
+    assert row["command"][0] == "evoharness grpo ..." and row["command"][-1].endswith(
+        "evoharness evaluate --model-version expert-grpo-x --split dev")
+    assert not any("valid_" in line for line in row["command"])  # a screen never names the held-out splits
+
+
+def test_a_variant_cannot_be_played_on_the_held_out_splits(students: ModuleType,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sys.argv", ["students.py", "--set", "grpo.beta=0", "--stages", "final"])
+    with pytest.raises(SystemExit) as exited:
+        students.main()
+    assert exited.value.code == 2

@@ -77,6 +77,12 @@ class Recipe(BaseModel):
         return {"recipe": self.name, "recipe_sha256": self.sha256, "recipe_overrides": list(self.overrides)}
 
 
+def variant_overrides(overrides: Sequence[str]) -> list[str]:
+    """The overrides that make a version a variant of its recipe: every one but a seed (seeds are replicates of the
+    recipe as shipped)."""
+    return [item for item in overrides if not item.split("=", 1)[0].endswith(".seed")]
+
+
 def recipe_names() -> list[str]:
     """The recipes shipped in ``configs/recipes``."""
     return sorted(p.stem for p in RECIPES.glob("*.yaml"))
