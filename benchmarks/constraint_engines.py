@@ -1,10 +1,10 @@
 """The hand-written action constraint (trie + cached masks) against xgrammar, per turn, on the student's tokenizer.
 
-    PYTHONPATH=/path/to/xgrammar python benchmarks/constraint_engines.py --model MODEL_DIR [--turns 200]
+    python benchmarks/constraint_engines.py --model MODEL_DIR [--turns 200]
 
 Each turn builds the constraint for a fresh action space (30 commands, as a turn of a household game offers) and
 walks one completion through it, taking the mask of allowed tokens before every token: what decoding asks of it.
-xgrammar compiles the same turn grammar (one thought line, then an admissible command or a meta-action) as EBNF,
+xgrammar compiles the same turn grammar as EBNF (evoharness.teachers.clients.structured, what a served model gets),
 fills its token bitmask and accepts each token. Prints and writes microseconds per turn and per token to
 ``benchmarks/results/constraint_engines.json``. xgrammar is measured only where it is installed.
 """
@@ -20,8 +20,8 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from evoharness.harness.grammar import META_ACTIONS
 from evoharness.teachers.clients.constrained import ActionConstraint, ActionSpace
+from evoharness.teachers.clients.structured import turn_grammar
 
 RESULTS = Path(__file__).resolve().parent / "results" / "constraint_engines.json"
 PLACES = ["cabinet", "countertop", "drawer", "shelf", "fridge", "microwave", "sinkbasin", "stoveburner"]
@@ -37,15 +37,6 @@ def action_space(turn: int) -> ActionSpace:
 def completion(space: ActionSpace, turn: int) -> str:
     return (f"<think>\nI look for the apple on the {PLACES[turn % len(PLACES)]} next, it may be there.\n</think>\n\n"
             f"<action>{space.commands[turn % len(space.commands)]}</action>")
-
-
-def ebnf(space: ActionSpace) -> str:
-    """The turn grammar of :mod:`evoharness.teachers.clients.constrained` as EBNF (without its length limits)."""
-    commands = " | ".join(json.dumps(c) for c in space.commands)
-    metas = " | ".join(json.dumps(f"{kind.value} [") for kind in META_ACTIONS)
-    return ('root ::= "<think>\\n" thought "\\n</think>\\n\\n<action>" action "</action>"\n'
-            'thought ::= [^<\\n]+\n'
-            f'action ::= ({commands}) | ({metas}) [^<\\n\\]]* "]"\n')
 
 
 def trie_turns(tokenizer, turns: int, width: int) -> tuple[float, int]:
@@ -74,7 +65,7 @@ def xgrammar_turns(tokenizer, turns: int, width: int) -> tuple[float, int]:
     for turn in range(turns):
         space = action_space(turn)
         ids = tokenizer.encode(completion(space, turn), add_special_tokens=False) + [tokenizer.eos_token_id]
-        matcher = xgr.GrammarMatcher(compiler.compile_grammar(ebnf(space)))
+        matcher = xgr.GrammarMatcher(compiler.compile_grammar(turn_grammar(space)))
         for token in ids:
             matcher.fill_next_token_bitmask(bitmask)
             assert matcher.accept_token(token), "the completion must be allowed"

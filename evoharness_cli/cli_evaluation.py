@@ -14,6 +14,7 @@ from evoharness.evaluation.compare import PairedOutcome, paired_outcomes
 from evoharness.evaluation.run import EVAL_SPLITS, EvaluationConfig, EvaluationResult, evaluate
 from evoharness.harness.prompts import Mode
 from evoharness.lineage import new_run_id
+from evoharness.teachers.clients.structured import StructuredOutputs
 from evoharness_cli.cli_common import (
     DbOption,
     console,
@@ -48,6 +49,9 @@ def evaluate_command(
                                                        "in this process].")] = None,
     served_model: Annotated[str | None, typer.Option(help="Model name on that server [default: the model "
                                                           "version id].")] = None,
+    structured_outputs: Annotated[StructuredOutputs | None, typer.Option(
+        help="With --serve-url: the server's structured-output option that takes the action constraint (vllm, "
+             "vllm-guided, sglang), so the served version decodes as it does here [default: unconstrained].")] = None,
     db: DbOption = None,
 ) -> None:
     """Play a model version on the evaluation splits (resumable), print the games this run played, and the
@@ -55,7 +59,8 @@ def evaluate_command(
     config = EvaluationConfig(model_version=model_version, splits=tuple(split or EVAL_SPLITS), limit=limit,
                               mode=mode, max_steps=max_steps, max_tokens=max_tokens, concurrency=concurrency,
                               engine=engine, constrain_actions=constrain_actions, avoid_repeats=avoid_repeats,
-                              processes=processes, serve_url=serve_url, served_model=served_model)
+                              processes=processes, serve_url=serve_url, served_model=served_model,
+                              structured_outputs=structured_outputs)
     quiet_third_party()
     with Warehouse(db or default_db_path()) as wh, progress_reporter(f"{config.policy} evaluation") as update:
         current = {"split": ""}

@@ -16,6 +16,7 @@ import typer
 from pydantic import ValidationError
 
 from evoharness.harness.prompts import Mode
+from evoharness.teachers.clients.structured import StructuredOutputs
 from evoharness.teachers.registry import (
     DEFAULT_DISTILL_GAMES,
     Provider,
@@ -58,6 +59,9 @@ def add(
     bank_version: Annotated[int | None, typer.Option(help="bpe mode: the Experience bank version its episodes "
                                                         "recall from (a served student: the one it trained with) "
                                                         "[default: the seed bank].")] = None,
+    structured_outputs: Annotated[StructuredOutputs | None, typer.Option(
+        help="openai_compatible: hold each action to the admissible commands and meta-actions through the server's "
+             "structured outputs (vllm, vllm-guided, sglang) [default: unconstrained].")] = None,
     registry: RegistryOption = None,
     db: DbOption = None,
 ) -> None:
@@ -69,6 +73,7 @@ def add(
             max_tokens=max_tokens, mode=mode, prompt_template=prompt_template,
             retry=RetryConfig(max_attempts=max_attempts, timeout_s=timeout), distill_games=distill_games,
             max_spend_usd=max_spend_usd, auto_distill=auto_distill, bank_version=bank_version,
+            constrain_actions=structured_outputs is not None, structured_outputs=structured_outputs,
         )
     except ValidationError as exc:
         raise typer.BadParameter(validation_message(exc)) from None

@@ -20,6 +20,7 @@ from evoharness.collection import CollectionConfig, CollectionResult, collect
 from evoharness.collection_processes import collect_in_processes, local_processes
 from evoharness.errors import UnknownModelVersionError
 from evoharness.harness.prompts import Mode
+from evoharness.teachers.clients.structured import StructuredOutputs
 from evoharness.teachers.registry import Provider, TeacherRegistry, TeacherSpec
 from evoharness.training.student_card import read_student_card, student_prompt_set
 from warehouse import Warehouse
@@ -58,6 +59,9 @@ class EvaluationConfig(BaseModel):
     served_model: str | None = Field(default=None, description=(
         "The model name on that server (None: the model version id; `vllm serve PATH --served-model-name ID`)."))
     api_key_env: str | None = Field(default=None, description="Env var holding the server's key, if it needs one.")
+    structured_outputs: StructuredOutputs | None = Field(default=None, description=(
+        "A served version with constrain_actions: the server's structured-output option that takes the turn "
+        "grammar (vllm, vllm-guided, sglang), so it decodes as it does here; None: it plays unconstrained."))
 
     @model_validator(mode="after")
     def _repeats_need_local_constraints(self) -> EvaluationConfig:
@@ -104,7 +108,10 @@ def student_policy(wh: Warehouse, config: EvaluationConfig) -> tuple[TeacherSpec
         verify_artifact(row[0], "model")  # a damaged folder is one clear line, not an error deep in loading
     mode = config.mode or Mode(read_student_card(row[0]).get("settings", {}).get("view", "bpe"))
     served = {"provider": Provider.OPENAI_COMPATIBLE, "model": config.served_model or config.model_version,
-              "base_url": config.serve_url, "api_key_env": config.api_key_env} if config.serve_url else {
+              "base_url": config.serve_url, "api_key_env": config.api_key_env,
+              "constrain_actions": config.constrain_actions and config.structured_outputs is not None,
+              "structured_outputs": config.structured_outputs if config.constrain_actions else None,
+              } if config.serve_url else {
         "provider": Provider.LOCAL_HF, "model": row[0], "constrain_actions": config.constrain_actions,
         "avoid_repeats": config.avoid_repeats}
     spec = TeacherSpec(name=config.policy, price_in=0.0, price_out=0.0, max_concurrency=config.concurrency,

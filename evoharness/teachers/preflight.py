@@ -24,6 +24,7 @@ from evoharness.teachers.clients.base import (
     ModelNotFound,
     aclose_client,
 )
+from evoharness.teachers.clients.constrained import ActionSpace
 from evoharness.teachers.clients.redact import short
 from evoharness.teachers.registry import Provider, TeacherRegistry, TeacherSpec
 from evoharness.teachers.retry import RetriesExhausted, with_retries
@@ -104,12 +105,15 @@ async def check(teacher: object, spec: TeacherSpec, mode: Mode) -> PreflightResu
     client = teacher.client  # type: ignore[attr-defined]
     retry = spec.retry.model_copy(update={"max_attempts": min(spec.retry.max_attempts, PREFLIGHT_ATTEMPTS)})
     messages = preflight_prompt(spec, mode).messages()
+    options = {"action_space": ActionSpace(tuple(_example_state()["admissible_commands"]), meta=mode is Mode.BPE)} \
+        if spec.constrain_actions else {}  # a server must take the constraint as every turn will send it
     started, calls, cost, text = time.perf_counter(), 0, None, ""
     for _ in range(FORMAT_ASKS):
         calls += 1
         try:
             completion = await with_retries(
-                lambda: client.complete(messages, max_tokens=spec.max_tokens, temperature=spec.temperature),
+                lambda: client.complete(messages, max_tokens=spec.max_tokens, temperature=spec.temperature,
+                                        **options),
                 retry, label=f"{spec.name} preflight")
         except (ClientError, RetriesExhausted) as exc:
             return PreflightResult(spec.name, False, explain(spec, exc), calls, cost, time.perf_counter() - started)

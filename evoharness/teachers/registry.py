@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from evoharness.harness.prompts import Mode
+from evoharness.teachers.clients.structured import StructuredOutputs
 from evoharness.teachers.retry import RetryConfig
 from warehouse import Warehouse, load_query
 
@@ -27,6 +28,9 @@ DEFAULT_REGISTRY_PATH = Path(__file__).resolve().parents[2] / "teachers.yaml"
 ENV_VAR_RE = r"^[A-Z_][A-Z0-9_]*$"
 NAME_RE = r"^[a-z0-9][a-z0-9_.\-]{0,63}$"
 
+
+LATER_OPTIONAL_FIELDS = ("bank_version", "structured_outputs")
+"""Entry fields added after entries were written; unset, they leave an entry's hash as it was."""
 
 DEFAULT_DISTILL_GAMES: int | None = None
 """Train games per distillation run: every train game (the 750 outside ``dev``), the data the ``small`` recipe was
@@ -72,7 +76,11 @@ class TeacherSpec(BaseModel):
     mode: Mode = Field(default=Mode.BPE, description="Default interface: bpe or react.")
     prompt_template: str = Field(default="alfworld/{mode}", description="Prompt set id; {mode} is filled in.")
     constrain_actions: bool = Field(default=False, description=(
-        "local_hf: decode each action constrained to the admissible commands and meta-actions."))
+        "Decode each action constrained to the admissible commands and meta-actions: local_hf in this process, "
+        "openai_compatible through the server's structured outputs (structured_outputs)."))
+    structured_outputs: StructuredOutputs | None = Field(default=None, description=(
+        "openai_compatible with constrain_actions: how the server takes the turn grammar: vllm (vLLM >= 0.10.2), "
+        "vllm-guided (older vLLM) or sglang."))
     avoid_repeats: bool = Field(default=False, description=(
         "With constrain_actions: also leave out the environment commands this episode already issued in the same "
         "state, its observation and admissible commands (while another one is admissible)."))
@@ -102,6 +110,14 @@ class TeacherSpec(BaseModel):
             raise ValueError("provider openai_compatible needs --base-url")
         if self.provider in (Provider.ANTHROPIC, Provider.OPENAI) and not self.api_key_env:
             raise ValueError(f"provider {self.provider.value} needs --api-key-env (the variable's name)")
+        if self.constrain_actions and self.provider is not Provider.LOCAL_HF and not (
+                self.provider is Provider.OPENAI_COMPATIBLE and self.structured_outputs is not None):
+            raise ValueError("constrain_actions needs a local model (local_hf) or an openai_compatible server with "
+                             "structured outputs (--structured-outputs vllm, vllm-guided or sglang)")
+        if self.structured_outputs is not None and (self.provider is not Provider.OPENAI_COMPATIBLE
+                                                    or not self.constrain_actions):
+            raise ValueError("structured_outputs carries the action constraint to an openai_compatible server: it "
+                             "needs that provider and constrain_actions")
         if self.avoid_repeats and not self.constrain_actions:
             raise ValueError("avoid_repeats works through constrained decoding: it needs constrain_actions")
         return self
@@ -128,10 +144,12 @@ class TeacherSpec(BaseModel):
 
     @property
     def sha256(self) -> str:
-        """The entry's content hash; a bank_version left unset is left out (entries from before it keep theirs)."""
+        """The entry's content hash; a field added later and left unset is left out (entries from before it keep
+        their hash, the sensor's run key)."""
         data = self.model_dump(mode="json")
-        if data["bank_version"] is None:
-            del data["bank_version"]
+        for name in LATER_OPTIONAL_FIELDS:
+            if data[name] is None:
+                del data[name]
         payload = json.dumps(data, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()
 

@@ -36,7 +36,8 @@ def make_client(spec: TeacherSpec) -> ChatClient:
         from evoharness.teachers.clients.openai_client import OpenAIChatClient
 
         token_param = "max_completion_tokens" if spec.provider is Provider.OPENAI else "max_tokens"
-        return OpenAIChatClient(spec.model, api_key, spec.base_url, timeout, token_param, spec.provider.value)
+        return OpenAIChatClient(spec.model, api_key, spec.base_url, timeout, token_param, spec.provider.value,
+                                spec.structured_outputs)
     if spec.provider is Provider.LOCAL_HF:
         from evoharness.teachers.clients.local_hf import LocalHFClient
 

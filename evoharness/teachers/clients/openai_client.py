@@ -8,14 +8,17 @@ from typing import Any
 import openai
 
 from evoharness.teachers.clients.base import Completion, TransientError
+from evoharness.teachers.clients.constrained import ActionSpace
 from evoharness.teachers.clients.redact import Redactor
 from evoharness.teachers.clients.sdk import PerLoop, sdk_errors, translate
+from evoharness.teachers.clients.structured import StructuredOutputs, structured_outputs_body
 
 PLACEHOLDER_KEY = "not-needed"  # OpenAI-compatible servers without auth still need a non-empty key in the SDK
 
 
 class OpenAIChatClient:
-    """``token_param`` is ``max_completion_tokens`` (api.openai.com) or ``max_tokens`` (most compatible servers)."""
+    """``token_param`` is ``max_completion_tokens`` (api.openai.com) or ``max_tokens`` (most compatible servers).
+    With ``structured_outputs``, a turn given an action space is held to it by the server (:mod:`.structured`)."""
 
     def __init__(
         self,
@@ -25,8 +28,10 @@ class OpenAIChatClient:
         timeout_s: float = 60.0,
         token_param: str = "max_completion_tokens",
         provider: str = "openai",
+        structured_outputs: StructuredOutputs | None = None,
     ) -> None:
         self.model, self.token_param, self.provider = model, token_param, provider
+        self.structured_outputs = structured_outputs
         self._redact = Redactor([api_key])
         self._sdk = PerLoop(
             lambda: openai.AsyncOpenAI(
@@ -38,11 +43,17 @@ class OpenAIChatClient:
         await self._sdk.aclose()
 
     async def complete(
-        self, messages: list[dict[str, str]], *, max_tokens: int, temperature: float | None
+        self, messages: list[dict[str, str]], *, max_tokens: int, temperature: float | None,
+        action_space: ActionSpace | None = None,
     ) -> Completion:
         kwargs: dict[str, Any] = {"model": self.model, "messages": messages, self.token_param: max_tokens}
         if temperature is not None:
             kwargs["temperature"] = temperature
+        if action_space is not None:
+            if self.structured_outputs is None:
+                raise ValueError(f"{self.provider} client: an action space needs structured_outputs (the server's "
+                                 "structured-output option)")
+            kwargs["extra_body"] = structured_outputs_body(self.structured_outputs, action_space)
         started = time.perf_counter()
         try:
             response = await self._sdk.get().chat.completions.create(**kwargs)
