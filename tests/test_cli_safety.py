@@ -564,7 +564,7 @@ def test_evaluate_closing_table_shows_the_split_it_played(curated_db: Path, tmp_
     overall = next(row for row in rows if row["task_type"] == "ALL")
     with Warehouse(curated_db) as wh:
         stored = wh.con.execute("SELECT count(*), count(*) FILTER (WHERE won) FROM episodes WHERE teacher = ? "
-                                "AND split = 'train'", [version]).fetchone()
+                                "AND split = 'train'", [f"{version}.unconstrained"]).fetchone()
     assert stored is not None
     assert (overall["planned"], overall["already_stored"], overall["played"], overall["won"]) == (2, 0, *stored)
     assert sum(row["played"] for row in rows if row["task_type"] != "ALL") == 2

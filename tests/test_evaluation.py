@@ -8,13 +8,14 @@ import dagster as dg
 import pytest
 
 from evoharness.collection import CollectionConfig, collect
-from evoharness.evaluation.run import NO_REPEAT_SUFFIX, EvaluationConfig, evaluate
+from evoharness.evaluation.run import NO_REPEAT_SUFFIX, UNCONSTRAINED_SUFFIX, EvaluationConfig, evaluate
 from evoharness.training.model_versions import teacher_datasets
 from tests.conftest import tiny_sft_settings, train_sft_version
 from warehouse import Warehouse
 
 TINY_TRAINING = tiny_sft_settings(max_steps=2, logging_steps=1, max_length=1024)
 QUICK = {"splits": ("valid_seen",), "limit": 2, "max_steps": 3, "max_tokens": 16}  # 3 steps: no game is winnable
+URL = "http://127.0.0.1:8000/v1"
 
 
 def test_student_plays_through_the_harness_and_reads_beside_its_teacher(curated_db: Path, tmp_path: Path) -> None:
@@ -96,8 +97,20 @@ def test_a_decoding_without_repeats_is_its_own_policy_of_the_same_version(curate
     assert stored == [(version.model_version, version.model_version, 2), (name, version.model_version, 2)]
     assert guarded.success_rate("valid_seen") == 0.0 and greedy.success_rate("valid_seen") == 0.0
     assert {row[0] for row in guarded.rows} == {name}  # its own rows (no teacher evaluated at this budget)
-    with pytest.raises(ValueError, match="constrained decoding in this process"):  # a server samples freely
+    with pytest.raises(ValueError, match="with serve_url, structured_outputs"):  # a server samples freely
         EvaluationConfig(model_version=version.model_version, avoid_repeats=True, serve_url="http://127.0.0.1:8000/v1")
+
+
+@pytest.mark.parametrize(("options", "suffix"), [
+    ({}, ""),
+    ({"serve_url": URL, "structured_outputs": "vllm"}, ""),  # the server holds it to the same grammar
+    ({"serve_url": URL}, UNCONSTRAINED_SUFFIX),  # a server without structured outputs samples freely
+    ({"constrain_actions": False}, UNCONSTRAINED_SUFFIX),
+    ({"serve_url": URL, "structured_outputs": "vllm", "avoid_repeats": True}, NO_REPEAT_SUFFIX),
+])
+def test_an_unconstrained_decoding_is_its_own_policy(options: dict, suffix: str) -> None:
+    config = EvaluationConfig(model_version="expert-sft-x", **options)
+    assert config.policy == f"expert-sft-x{suffix}"
 
 
 def test_unknown_model_version_is_a_clear_error(curated_db: Path) -> None:
@@ -157,7 +170,9 @@ def test_cli_trained_version_gets_an_evaluation_run_on_the_next_sensor_tick(cura
 
 def test_evaluate_against_a_served_model_writes_a_normal_evaluation(curated_db: Path, tmp_path: Path) -> None:
     """`evoharness evaluate --serve-url`: the version is played by an OpenAI-compatible server (here the loopback
-    server with a walkthrough player standing in for `vllm serve`), through the openai_compatible client."""
+    server with a walkthrough player standing in for `vllm serve`), through the openai_compatible client; without
+    structured outputs it samples freely, a policy of its own ('<version>.unconstrained'); with them every turn
+    sends the turn grammar and the episodes are the version's own."""
     from typer.testing import CliRunner
 
     from evoharness.testing.alfworld_player import WalkthroughPlayer
@@ -167,21 +182,29 @@ def test_evaluate_against_a_served_model_writes_a_normal_evaluation(curated_db: 
     with Warehouse(curated_db) as wh:
         version = train_sft_version(wh, teacher_datasets(wh, "expert")[0], TINY_TRAINING, tmp_path,
                                     "train").model_version
-    with LoopbackServer(WalkthroughPlayer.for_split("valid_seen", 2)) as server:
-        result = CliRunner().invoke(app, [
-            "evaluate", "--model-version", version, "--serve-url", server.openai_base_url, "--split", "valid_seen",
-            "--limit", "2", "--max-steps", "40", "--engine", "fast", "--db", str(curated_db)])
-        calls = list(server.calls)
-    assert result.exit_code == 0, result.output
-    assert calls and {c.body["model"] for c in calls} == {version}  # the served model is named by its version
+    free = f"{version}{UNCONSTRAINED_SUFFIX}"
+    results, calls = {}, {}
+    for name, options in ((free, []), (version, ["--structured-outputs", "vllm"])):
+        with LoopbackServer(WalkthroughPlayer.for_split("valid_seen", 2)) as server:
+            results[name] = CliRunner().invoke(app, [
+                "evaluate", "--model-version", version, "--serve-url", server.openai_base_url, "--split",
+                "valid_seen", "--limit", "2", "--max-steps", "40", "--engine", "fast", "--db", str(curated_db),
+                *options])
+            calls[name] = list(server.calls)
+        assert results[name].exit_code == 0, results[name].output
+        assert calls[name] and {c.body["model"] for c in calls[name]} == {version}  # served under its version
+    assert not any("structured_outputs" in c.body for c in calls[free])
+    assert all(c.body["structured_outputs"]["grammar"].startswith("root ::= ") for c in calls[version])
     with Warehouse(curated_db) as wh:
-        episodes = wh.con.execute("SELECT status, won, policy_kind, model_version FROM episodes WHERE teacher = ?",
-                                  [version]).fetchall()
+        episodes = wh.con.execute("SELECT teacher, status, won, policy_kind, model_version FROM episodes "
+                                  "WHERE model_version = ? ORDER BY teacher", [version]).fetchall()
         rows = wh.con.execute("SELECT policy, split, episodes, success_rate FROM policy_evaluation "
-                              "WHERE policy = ? AND task_type = 'ALL'", [version]).fetchall()
-    assert len(episodes) == 2 and {e[:1] + e[2:] for e in episodes} == {("finished", "student", version)}
-    assert rows == [(version, "valid_seen", 2, sum(e[1] for e in episodes) / 2)]
-    assert version in result.output  # printed beside its teacher
+                              "WHERE policy IN (?, ?) AND task_type = 'ALL' ORDER BY policy", [version, free]).fetchall()
+    assert [e[0] for e in episodes] == [version, version, free, free]  # the second run resumed nothing of the first
+    assert {e[1:2] + e[3:] for e in episodes} == {("finished", "student", version)}
+    assert rows == [(name, "valid_seen", 2, sum(e[2] for e in episodes if e[0] == name) / 2)
+                    for name in (version, free)]
+    assert free in results[free].output and version in results[version].output  # printed beside its teacher
 
 
 def test_dev_play_reads_in_policy_evaluation_and_train_play_does_not(tmp_path: Path, alfworld_data: Path) -> None:

@@ -27,6 +27,7 @@ from warehouse import Warehouse
 
 EVAL_SPLITS = ("valid_seen", "valid_unseen")
 NO_REPEAT_SUFFIX = ".no-repeat"
+UNCONSTRAINED_SUFFIX = ".unconstrained"
 
 
 class EvaluationConfig(BaseModel):
@@ -64,16 +65,25 @@ class EvaluationConfig(BaseModel):
         "grammar (vllm, vllm-guided, sglang), so it decodes as it does here; None: it plays unconstrained."))
 
     @model_validator(mode="after")
-    def _repeats_need_local_constraints(self) -> EvaluationConfig:
-        if self.avoid_repeats and (self.serve_url is not None or not self.constrain_actions):
-            raise ValueError("avoid_repeats works through constrained decoding in this process: it needs "
-                             "constrain_actions and no serve_url")
+    def _repeats_need_constraints(self) -> EvaluationConfig:
+        if self.avoid_repeats and not self.constrained:
+            raise ValueError("avoid_repeats works through constrained decoding: it needs constrain_actions (and, "
+                             "with serve_url, structured_outputs)")
         return self
 
     @property
+    def constrained(self) -> bool:
+        """Whether its actions decode constrained: in this process, or by a server that takes the turn grammar."""
+        return self.constrain_actions and (self.serve_url is None or self.structured_outputs is not None)
+
+    @property
     def policy(self) -> str:
-        """The name its episodes are stored under: the model version, suffixed by a non-default decoding rule."""
-        return f"{self.model_version}{NO_REPEAT_SUFFIX}" if self.avoid_repeats else self.model_version
+        """The name its episodes are stored under: the model version, suffixed by a non-default decoding rule
+        (so a served version decoding unconstrained never shares its episodes, or its resumption, with the same
+        version played constrained)."""
+        if self.avoid_repeats:
+            return f"{self.model_version}{NO_REPEAT_SUFFIX}"
+        return self.model_version if self.constrained else f"{self.model_version}{UNCONSTRAINED_SUFFIX}"
 
 
 @dataclass
@@ -109,14 +119,12 @@ def student_policy(wh: Warehouse, config: EvaluationConfig) -> tuple[TeacherSpec
     mode = config.mode or Mode(read_student_card(row[0]).get("settings", {}).get("view", "bpe"))
     served = {"provider": Provider.OPENAI_COMPATIBLE, "model": config.served_model or config.model_version,
               "base_url": config.serve_url, "api_key_env": config.api_key_env,
-              "constrain_actions": config.constrain_actions and config.structured_outputs is not None,
-              "structured_outputs": config.structured_outputs if config.constrain_actions else None,
-              } if config.serve_url else {
-        "provider": Provider.LOCAL_HF, "model": row[0], "constrain_actions": config.constrain_actions,
-        "avoid_repeats": config.avoid_repeats}
+              "structured_outputs": config.structured_outputs if config.constrained else None,
+              } if config.serve_url else {"provider": Provider.LOCAL_HF, "model": row[0]}
     spec = TeacherSpec(name=config.policy, price_in=0.0, price_out=0.0, max_concurrency=config.concurrency,
                        max_tokens=config.max_tokens, temperature=config.temperature, mode=mode, distill_games=None,
-                       prompt_template=student_prompt_set(row[0], mode), **served)
+                       prompt_template=student_prompt_set(row[0], mode), constrain_actions=config.constrained,
+                       avoid_repeats=config.avoid_repeats, **served)
     return spec, row[1]
 
 
