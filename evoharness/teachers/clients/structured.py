@@ -13,7 +13,7 @@ It assumes the server returns the thought in the content (no reasoning parser th
 from __future__ import annotations
 
 import json
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from evoharness.harness.grammar import META_ACTIONS
@@ -25,7 +25,7 @@ from evoharness.teachers.clients.constrained import (
 )
 
 
-class StructuredOutputs(str, Enum):
+class StructuredOutputs(StrEnum):
     """The request field that carries a grammar to an OpenAI-compatible server's structured-output engine."""
 
     VLLM = "vllm"  # vLLM >= 0.10.2: {"structured_outputs": {"grammar": ...}}
