@@ -134,14 +134,17 @@ def precision(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 def version_row(db: str, row: dict[str, Any], chain: list[str]) -> dict[str, Any]:
-    """One version's row: ``chain`` (the commands that trained it) then the evaluations it played."""
-    splits = {split: result for split in (*DEV, *HELD_OUT) if (result := played(db, row["model_version"], split))}
+    """One version's row: ``chain`` (the commands that trained it) then the evaluations it played; a variant's
+    held-out play is left out (it is a screen, decided on dev; the sensor played screens there until 2026-12-06)."""
+    overrides = json.loads(row["recipe_overrides"] or "[]")
+    reported = (*DEV, *(() if variant_overrides(overrides) else HELD_OUT))
+    splits = {split: result for split in reported if (result := played(db, row["model_version"], split))}
     evaluations = [with_environment(evaluate_command(row["model_version"], group)) for group in
                    (tuple(s for s in stage if s in splits) for stage in (DEV, HELD_OUT)) if group]
     parent = row["parent_version"]
     return {"model_version": row["model_version"], "stage": row["stage"], "parent_version": parent,
             "seed": row["settings"]["seed"], "recipe": row["recipe"], "recipe_sha256": row["recipe_sha256"],
-            "recipe_overrides": json.loads(row["recipe_overrides"] or "[]"), "code_version": row["code_version"],
+            "recipe_overrides": overrides, "code_version": row["code_version"],
             "precision": precision(row["settings"]), "train_seconds": round(row["seconds"], 1),
             "splits_played": sorted(splits), **splits,
             "against_parent": against_parent(db, row["model_version"], parent) if parent else {},

@@ -65,9 +65,9 @@ def test_a_grpo_configuration_finds_the_sft_parent_trained_without_its_grpo_over
     assert students.stage_overrides(["sft.epochs=2", "grpo.beta=0.1"], "sft") == ["sft.epochs=2"]
 
 
-def test_a_rows_command_names_only_the_evaluations_it_played(students: ModuleType,
+def test_a_row_reports_held_out_play_only_of_a_recipe_as_shipped(students: ModuleType,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(students, "played", lambda db, policy, split: {"success": 0.7} if split == "dev" else None)
+    monkeypatch.setattr(students, "played", lambda db, policy, split: {"success": 0.7})  # held-out play exists too
     monkeypatch.setattr(students, "precision", lambda settings: {"bf16": True})
     screen = {"model_version": "expert-grpo-x", "stage": "grpo", "parent_version": None, "settings": {"seed": 0},
               "recipe": "small", "recipe_sha256": "s", "recipe_overrides": '["grpo.beta=0"]', "code_version": "c",
@@ -76,7 +76,10 @@ def test_a_rows_command_names_only_the_evaluations_it_played(students: ModuleTyp
     assert row["splits_played"] == ["dev"]
     assert row["command"][0] == "evoharness grpo ..." and row["command"][-1].endswith(
         "evoharness evaluate --model-version expert-grpo-x --split dev")
-    assert not any("valid_" in line for line in row["command"])  # a screen never names the held-out splits
+    assert not any("valid_" in line for line in row["command"])  # a screen's held-out play is not reported
+    final = students.version_row("unused.duckdb", screen | {"recipe_overrides": '["grpo.seed=1"]'}, [])
+    assert final["splits_played"] == ["dev", "valid_seen", "valid_unseen"]
+    assert final["command"][-1].endswith("--split valid_seen --split valid_unseen")
 
 
 def test_a_variant_cannot_be_played_on_the_held_out_splits(students: ModuleType,
