@@ -3,7 +3,7 @@ their options from this model; recipe files give its values). Importing this mod
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
@@ -49,6 +49,12 @@ class SFTSettings(BaseModel):
                                    "baselines); overrides epochs and max_steps.")
     logging_steps: int = Field(default=5, ge=1)
     max_steps: int | None = Field(default=None, ge=1, description="Stop after this many optimizer steps.")
+    torch_compile: bool = Field(default=False, description="Train the model compiled by torch.compile: the same "
+                                "training, its elementwise work fused (bf16 autocast's casts above all); about a "
+                                "minute of compiling first (benchmarks/results/sft_compile.json).")
+
+    OPERATIONAL: ClassVar[frozenset[str]] = frozenset({"torch_compile"})
+    """Fields that change how a run executes, not what it trains: not part of a model version's id."""
 
     def spec(self) -> TinyStudentSpec:
         """The size of the student built here."""
