@@ -47,9 +47,9 @@ class EvaluationRunConfig(dg.Config):
                                   "the version (e.g. http://host:8000/v1); None: play in this process.")
     served_model: str | None = Field(default=DEFAULTS["served_model"], description="Model name on that server "
                                      "(None: the version id).")
-    structured_outputs: str | None = Field(default=DEFAULTS["structured_outputs"], description="With serve_url: "
-                                           "the server's structured-output option that takes the action constraint "
-                                           "(vllm, vllm-guided, sglang); None: unconstrained.")
+    structured_outputs: StructuredOutputs | None = Field(
+        default=DEFAULTS["structured_outputs"], description="With serve_url: the server's structured-output option "
+        "that takes the action constraint (vllm, vllm-guided, sglang); None: unconstrained.")
 
 
 @dg.asset(
@@ -71,7 +71,7 @@ def student_evaluation(context: dg.AssetExecutionContext, config: EvaluationRunC
         max_steps=config.max_steps, max_tokens=config.max_tokens, temperature=config.temperature,
         concurrency=config.concurrency, engine=config.engine, processes=config.processes, data_root=alfworld.root(),
         serve_url=config.serve_url, served_model=config.served_model,
-        structured_outputs=StructuredOutputs(config.structured_outputs) if config.structured_outputs else None,
+        structured_outputs=config.structured_outputs,
     )
 
     def on_progress(split: str, done: int, total: int, record) -> None:  # type: ignore[no-untyped-def]
