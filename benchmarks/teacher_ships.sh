@@ -9,8 +9,8 @@
 #
 # RUNS holds recipes/ (warehouse.duckdb, dagster_home, models: the small recipe's run through Dagster, as
 # `benchmarks/recipes.py --via dagster --recipe small` leaves it); where it holds no such student yet, that run comes
-# first (on an AMX Xeon: about 1 h 20 min with its evaluations, then about 2 h here). Logs go to
-# $RUNS/teacher_ships_*.log.
+# first (on an AMX Xeon: about 1 h 20 min with its evaluations, then 1 h 37 min here: docs/results.md, the
+# walk-through). Logs go to $RUNS/teacher_ships_*.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS="${RUNS:?set RUNS to the folder holding recipes/ (the small recipe: warehouse and Dagster instance)}"
@@ -38,7 +38,12 @@ fi
 echo "=== $(date -u) serving $VERSION"
 setsid evoharness serve --model-version "$VERSION" --port $PORT --threads 2 > $RUNS/teacher_ships_serve.log 2>&1 &
 SERVER=$!
-trap 'kill -- -$SERVER 2>/dev/null; [ -n "${DAEMON:-}" ] && kill -- -$DAEMON 2>/dev/null; true' EXIT
+stop_group() {  # `dagster dev` leaves on SIGINT once its children have, and sometimes never: then SIGKILL
+  kill -INT -- -"$1" 2>/dev/null || return 0
+  for _ in $(seq 60); do kill -0 -- -"$1" 2>/dev/null || return 0; sleep 1; done
+  kill -KILL -- -"$1" 2>/dev/null || true
+}
+trap 'stop_group $SERVER; [ -n "${DAEMON:-}" ] && stop_group $DAEMON; true' EXIT
 until grep -q "register it" $RUNS/teacher_ships_serve.log; do sleep 5; kill -0 $SERVER; done
 read -r MODEL BANK < <(python -c "
 from warehouse import Warehouse, default_db_path
@@ -96,7 +101,7 @@ with dg.DagsterInstance.get() as instance:
                 break
         time.sleep(60)
 PY
-kill -- -$DAEMON; DAEMON=
+stop_group $DAEMON; DAEMON=
 echo "=== $(date -u) the row"
 python benchmarks/recipes.py --via dagster --recipe small --teacher $TEACHER
 echo "=== $(date -u) the teacher on the held-out splits, through the server"
