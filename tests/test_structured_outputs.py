@@ -133,3 +133,18 @@ def test_xgrammar_accepts_what_the_local_constraint_allows_and_no_other_command(
     outside = tokenizer.encode("<think>\nI go.\n</think>\n\n<action>go to fridge 1</action>", add_special_tokens=False)
     matcher = xgr.GrammarMatcher(compiled)
     assert not all(matcher.accept_token(token) for token in outside)  # a command the game does not offer
+
+
+@pytest.mark.parametrize(("action", "passes"), [("fly to the moon", False), ("look", True)])
+def test_a_server_that_ignores_the_grammar_fails_the_preflight(action: str, passes: bool) -> None:
+    from evoharness.teachers.preflight import run_preflight
+    from evoharness.teachers.registry import TeacherRegistry
+
+    reply = Reply(text=f"<think>\nI act.\n</think>\n\n<action>{action}</action>")
+    with LoopbackServer(Scripted([reply])) as server:
+        spec = served(server, StructuredOutputs.VLLM)
+        result = run_preflight(spec.name, registry=TeacherRegistry([spec]))
+        (call,) = server.calls
+    assert "structured_outputs" in call.body  # the preflight sends the grammar as every turn will
+    assert result.ok is passes, result.message
+    assert passes or "does not enforce structured outputs of kind vllm" in result.message

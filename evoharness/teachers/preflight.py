@@ -121,7 +121,16 @@ async def check(teacher: object, spec: TeacherSpec, mode: Mode) -> PreflightResu
         if call_cost is not None:
             cost = (cost or 0.0) + call_cost
         text = completion.text
-        if parse_turn(text).kind is not ActionKind.INVALID:
+        turn = parse_turn(text)
+        space = options.get("action_space")
+        if space is not None and turn.kind is ActionKind.ENV and turn.action not in space.commands:
+            return PreflightResult(
+                spec.name, False,
+                f"preflight of teacher {spec.name!r} failed: {_endpoint(spec)} answered {turn.action!r}, which is not "
+                f"an admissible command, though the request carried the turn grammar: the server does not enforce "
+                f"structured outputs of kind {spec.structured_outputs}. Fix: serve it with structured outputs (vLLM, "
+                f"SGLang) or register it without --structured-outputs.", calls, cost, time.perf_counter() - started)
+        if turn.kind is not ActionKind.INVALID:
             seconds = time.perf_counter() - started
             return PreflightResult(spec.name, True, f"preflight of teacher {spec.name!r} passed: {_endpoint(spec)} "
                                    f"answered model {spec.model!r} in the turn format ({seconds:.1f}s)",
