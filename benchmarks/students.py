@@ -47,9 +47,11 @@ CURVES = report.RESULTS / "curves"
 DEV, HELD_OUT = ("dev",), ("valid_seen", "valid_unseen")
 ENVIRONMENT = ("ALFWORLD_DATA", "EVOHARNESS_DB", "OMP_NUM_THREADS", "ACCELERATE_USE_CPU")
 """The environment a command's rerun needs, recorded in front of it."""
-DATA = [["evoharness", "collect", "--teacher", "expert", "--split", "train"],
-        ["evoharness", "consolidate", "--teacher", "expert"],
-        ["evoharness", "curate", "--teacher", "expert"]]
+TEACHER = "expert"
+"""The teacher whose data every row trains on."""
+DATA = [["evoharness", "collect", "--teacher", TEACHER, "--split", "train"],
+        ["evoharness", "consolidate", "--teacher", TEACHER],
+        ["evoharness", "curate", "--teacher", TEACHER]]
 
 
 def with_environment(command: list[str]) -> str:
@@ -75,7 +77,7 @@ def launched(command: list[str], launch: str | None) -> list[str]:
 
 
 def sft_command(recipe: Recipe, overrides: list[str], seed: int, launch: str | None) -> list[str]:
-    return launched(["evoharness", "sft", "--teacher", "expert", *recipe_flags(recipe, overrides, seed)], launch)
+    return launched(["evoharness", "sft", "--teacher", TEACHER, *recipe_flags(recipe, overrides, seed)], launch)
 
 
 def grpo_command(recipe: Recipe, overrides: list[str], parent: str, seed: int, launch: str | None) -> list[str]:
@@ -97,10 +99,11 @@ def stage_overrides(overrides: list[str], stage: str) -> list[str]:
 
 
 def recipe_versions(db: str, recipe: Recipe, overrides: list[str]) -> list[dict[str, Any]]:
-    """The versions this recipe trained with these overrides (those of the version's stage: an SFT parent
-    trained for another GRPO configuration is this one's too), any seed, oldest first."""
+    """The versions this recipe trained from the expert's data with these overrides (those of the version's stage:
+    an SFT parent trained for another GRPO configuration is this one's too), any seed, oldest first."""
     with Warehouse(db, read_only=True) as wh:
-        columns, rows = wh.query("recipe_model_versions", recipe=recipe.name, recipe_sha256=recipe.sha256)
+        columns, rows = wh.query("recipe_model_versions", recipe=recipe.name, recipe_sha256=recipe.sha256,
+                                 teacher=TEACHER)
     found = []
     for row in (dict(zip(columns, r, strict=True)) for r in rows):
         given = json.loads(row["recipe_overrides"] or "[]")
