@@ -115,12 +115,12 @@ def grpo_settings(wh: Warehouse, recipe: Recipe, parent: str, curriculum_from: s
     if recipe.curriculum is None:
         return recipe.grpo
     with progress_reporter(f"{parent} curriculum (train games)") as update:
-        played = play_curriculum(wh, parent, recipe.curriculum, recipe.grpo, new_run_id(),
-                                 on_progress=lambda split, done, total, record: update(done, total, split))
-    rate = played.success_rate("train")
-    console.print(f"curriculum: {parent} won {rate:.1%} of its first {recipe.curriculum.limit} train games"
-                  if rate is not None else f"curriculum: {parent} finished no train game")
-    return with_curriculum(wh, recipe.grpo, parent)
+        play_curriculum(wh, parent, recipe.curriculum, recipe.grpo, new_run_id(),
+                        on_progress=lambda split, done, total, record: update(done, total, split))
+    settings = with_curriculum(wh, recipe.grpo, parent)
+    console.print(f"curriculum: {parent} lost {len(settings.games or [])} of its first {recipe.curriculum.limit} "
+                  "train games; GRPO draws from them")
+    return settings
 
 
 @contextmanager
