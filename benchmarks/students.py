@@ -138,7 +138,7 @@ def precision(settings: dict[str, Any]) -> dict[str, Any]:
 
 def version_row(db: str, row: dict[str, Any], chain: list[str]) -> dict[str, Any]:
     """One version's row: ``chain`` (the commands that trained it) then the evaluations it played; a variant's
-    held-out play is left out (it is a screen, decided on dev; the sensor played screens there until 2026-12-06)."""
+    held-out play, if any was made, is left out (it is a screen, decided on dev)."""
     overrides = json.loads(row["recipe_overrides"] or "[]")
     reported = (*DEV, *(() if variant_overrides(overrides) else HELD_OUT))
     splits = {split: result for split in reported if (result := played(db, row["model_version"], split))}
