@@ -105,8 +105,10 @@ async def check(teacher: object, spec: TeacherSpec, mode: Mode) -> PreflightResu
     client = teacher.client  # type: ignore[attr-defined]
     retry = spec.retry.model_copy(update={"max_attempts": min(spec.retry.max_attempts, PREFLIGHT_ATTEMPTS)})
     messages = preflight_prompt(spec, mode).messages()
-    options = {"action_space": ActionSpace(tuple(_example_state()["admissible_commands"]), meta=mode is Mode.BPE)} \
-        if spec.constrain_actions else {}  # a server must take the constraint as every turn will send it
+    # a constrained teacher's server must take the constraint, as every turn will send it
+    space = ActionSpace(tuple(_example_state()["admissible_commands"]), meta=mode is Mode.BPE) \
+        if spec.constrain_actions else None
+    options = {"action_space": space} if space is not None else {}
     started, calls, cost, text = time.perf_counter(), 0, None, ""
     for _ in range(FORMAT_ASKS):
         calls += 1
@@ -122,7 +124,6 @@ async def check(teacher: object, spec: TeacherSpec, mode: Mode) -> PreflightResu
             cost = (cost or 0.0) + call_cost
         text = completion.text
         turn = parse_turn(text)
-        space = options.get("action_space")
         if space is not None and turn.kind is ActionKind.ENV and turn.action not in space.commands:
             return PreflightResult(
                 spec.name, False,
