@@ -68,10 +68,10 @@ def relabelled_dataset(context: dg.AssetExecutionContext, config: RelabelRunConf
     })
 
 
-@with_settings_fields("sft", SFTSettings)
+@with_settings_fields("dagger", SFTSettings)
 class RelabelledSFTRunConfig(RecipeRunConfig):
-    """Run config of SFT going on from the student's weights: the sft fields set here (typed or as overrides)
-    override the parent's settings; the recipe's sft section is not used."""
+    """Run config of SFT going on from the student's weights (a DAgger round): the recipe's dagger section, with
+    the fields set here (typed or as dagger.field overrides) over it, overrides the parent's settings."""
 
     dataset_id: str | None = Field(default=None, description="Relabelled dataset (None: the one relabelled_dataset "
                                    "materialized for this partition).")
@@ -80,8 +80,8 @@ class RelabelledSFTRunConfig(RecipeRunConfig):
 
 @training_asset(
     deps=["relabelled_dataset"],
-    description="SFT from the student that played, on its relabelled dataset, with its settings (parent_version "
-                "names it); a new model version, evaluated like any other.",
+    description="SFT from the student that played, on its relabelled dataset, with its settings and the recipe's "
+                "dagger section over them (parent_version names it); a new model version, evaluated like any other.",
     check_specs=[dg.AssetCheckSpec(
         "relabelled_student_learned", asset="relabelled_student", blocking=True,
         description="The student learned: its mean training loss over the last third of the logged steps is below "
@@ -98,7 +98,7 @@ def relabelled_student(context: dg.AssetExecutionContext, config: RelabelledSFTR
         if parent is None:
             raise dg.Failure(f"Dataset {dataset_id!r} is not a relabelled dataset (its config names no student).")
         recipe = config.load(students.recipe_name())
-        settings = continued_sft_settings(wh, parent, **recipe.given("sft"))
+        settings = continued_sft_settings(wh, parent, **recipe.dagger_given())
         run_id = context.run.run_id
         version = realize(wh, lambda w: plan_sft_version(w, dataset_id, settings, students.models_root(w), run_id,
                                                          parent, recipe.stamp()), training.runner(context, pipes_client))

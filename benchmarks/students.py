@@ -9,7 +9,10 @@ Stages, each an ``evoharness`` command run in order (printed, and recorded with 
 
 - ``data``: the expert on every train game (dev games are not train games), consolidation, curation;
 - ``sft``: the recipe's SFT, once per ``--sft-seeds``;
-- ``grpo``: the recipe's curriculum and GRPO from each SFT version, once per ``--grpo-seeds``;
+- ``dagger``: where the recipe has a ``dagger`` section, its DAgger round from each SFT version, once per
+  ``--dagger-seeds`` (the relabelled play is greedy, so the seeds share it);
+- ``grpo``: the recipe's curriculum and GRPO from each SFT version (each DAgger version where the recipe has a
+  round), once per ``--grpo-seeds``;
 - ``dev``: every version of the recipe played on ``dev`` (where choices are made);
 - ``final``: every version played on ``valid_seen`` and ``valid_unseen``: run it once, for a final recipe (never
   with a ``--set`` variant other than seeds: variants are screens, decided on ``dev``);
@@ -80,6 +83,11 @@ def sft_command(recipe: Recipe, overrides: list[str], seed: int, launch: str | N
     return launched(["evoharness", "sft", "--teacher", TEACHER, *recipe_flags(recipe, overrides, seed)], launch)
 
 
+def dagger_command(recipe: Recipe, overrides: list[str], parent: str, seed: int, launch: str | None) -> list[str]:
+    return launched(["evoharness", "dagger", "--model-version", parent, *recipe_flags(recipe, overrides, seed)],
+                    launch)
+
+
 def grpo_command(recipe: Recipe, overrides: list[str], parent: str, seed: int, launch: str | None) -> list[str]:
     return launched(["evoharness", "grpo", "--parent-version", parent, *recipe_flags(recipe, overrides, seed)],
                     launch)
@@ -89,8 +97,15 @@ def evaluate_command(version: str, splits: tuple[str, ...]) -> list[str]:
     return ["evoharness", "evaluate", "--model-version", version, *[p for s in splits for p in ("--split", s)]]
 
 
-STAGE_SECTIONS = {"sft": ("sft.",), "grpo": ("sft.", "curriculum.", "grpo.")}
-"""The recipe sections whose overrides shape a version of each stage (a GRPO version also has its SFT parent's)."""
+STAGE_SECTIONS = {"sft": ("sft.",), "dagger": ("sft.", "relabel.", "dagger."),
+                  "grpo": ("sft.", "relabel.", "dagger.", "curriculum.", "grpo.")}
+"""The recipe sections whose overrides shape a version of each stage (a version also has its parents')."""
+STAGES = tuple(STAGE_SECTIONS)
+
+
+def stage_of(row: dict[str, Any]) -> str:
+    """A version's recipe stage: ``dagger`` for an SFT version that went on from a parent, else its own."""
+    return "dagger" if row["stage"] == "sft" and row["parent_version"] else str(row["stage"])
 
 
 def stage_overrides(overrides: list[str], stage: str) -> list[str]:
@@ -107,8 +122,8 @@ def recipe_versions(db: str, recipe: Recipe, overrides: list[str]) -> list[dict[
     found = []
     for row in (dict(zip(columns, r, strict=True)) for r in rows):
         given = json.loads(row["recipe_overrides"] or "[]")
-        if stage_overrides(given, row["stage"]) == stage_overrides(list(overrides), row["stage"]):
-            found.append(row | {"settings": json.loads(row["settings"])})
+        if stage_overrides(given, stage_of(row)) == stage_overrides(list(overrides), stage_of(row)):
+            found.append(row | {"settings": json.loads(row["settings"]), "recipe_stage": stage_of(row)})
     return found
 
 
@@ -145,7 +160,7 @@ def version_row(db: str, row: dict[str, Any], chain: list[str]) -> dict[str, Any
     evaluations = [with_environment(evaluate_command(row["model_version"], group)) for group in
                    (tuple(s for s in stage if s in splits) for stage in (DEV, HELD_OUT)) if group]
     parent = row["parent_version"]
-    return {"model_version": row["model_version"], "stage": row["stage"], "parent_version": parent,
+    return {"model_version": row["model_version"], "stage": row["recipe_stage"], "parent_version": parent,
             "seed": row["settings"]["seed"], "recipe": row["recipe"], "recipe_sha256": row["recipe_sha256"],
             "recipe_overrides": overrides, "code_version": row["code_version"],
             "precision": precision(row["settings"]), "train_seconds": round(row["seconds"], 1),
@@ -157,7 +172,7 @@ def version_row(db: str, row: dict[str, Any], chain: list[str]) -> dict[str, Any
 def claims(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per stage and split, over the seeds: mean, min–max success, and how many seeds beat the parent (p < 0.05)."""
     found = []
-    for stage in ("sft", "grpo"):
+    for stage in STAGES:
         of_stage = [r for r in rows if r["stage"] == stage]
         for split in (*DEV, *HELD_OUT):
             rates = [r[split]["success"] for r in of_stage if r.get(split) and r[split]["success"] is not None]
@@ -194,12 +209,14 @@ def parent_rate(rows: list[dict[str, Any]], row: dict[str, Any], split: str) -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    stages = ["data", "sft", "grpo", "dev", "final", "results"]
-    parser.add_argument("--stages", nargs="+", default=["data", "sft", "grpo", "dev", "results"], choices=stages)
+    stages = ["data", "sft", "dagger", "grpo", "dev", "final", "results"]
+    parser.add_argument("--stages", nargs="+", default=["data", "sft", "dagger", "grpo", "dev", "results"],
+                        choices=stages)
     parser.add_argument("--recipe", default=DEFAULT_RECIPE)
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         help="override a recipe value for every stage (section.field=value), repeatable")
     parser.add_argument("--sft-seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--dagger-seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--grpo-seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--launch", default=None, help="train SFT and GRPO under this launcher")
     args = parser.parse_args()
@@ -216,17 +233,25 @@ def main() -> None:
         for command in sft_commands.values():
             run(command)
     chains: dict[str, list[str]] = {}
-    for row in (r for r in recipe_versions(db, recipe, args.overrides) if r["stage"] == "sft"):
+    for row in (r for r in recipe_versions(db, recipe, args.overrides) if r["recipe_stage"] == "sft"):
         chains[row["model_version"]] = [with_environment(c) for c in
                                         [*DATA, sft_commands.get(row["settings"]["seed"], ["?"])]]
-    if "grpo" in args.stages:
-        for parent in list(chains):
-            for seed in args.grpo_seeds:
-                run(grpo_command(recipe, args.overrides, parent, seed, args.launch))
+    parents = list(chains)  # the SFT versions; then the DAgger versions, where the recipe has a round
+    for stage, command_of, seeds in (("dagger", dagger_command, args.dagger_seeds),
+                                     ("grpo", grpo_command, args.grpo_seeds)):
+        if stage == "dagger" and recipe.dagger is None:
+            continue
+        if stage in args.stages:
+            for parent in parents:
+                for seed in seeds:
+                    run(command_of(recipe, args.overrides, parent, seed, args.launch))
+        made = [r for r in recipe_versions(db, recipe, args.overrides)
+                if r["recipe_stage"] == stage and r["parent_version"] in parents]
+        for row in made:
+            command = command_of(recipe, args.overrides, row["parent_version"], row["settings"]["seed"], args.launch)
+            chains[row["model_version"]] = [*chains[row["parent_version"]], with_environment(command)]
+        parents = [row["model_version"] for row in made]
     versions = recipe_versions(db, recipe, args.overrides)
-    for row in (r for r in versions if r["stage"] == "grpo" and r["parent_version"] in chains):
-        command = grpo_command(recipe, args.overrides, row["parent_version"], row["settings"]["seed"], args.launch)
-        chains[row["model_version"]] = [*chains[row["parent_version"]], with_environment(command)]
     for stage, splits in (("dev", DEV), ("final", HELD_OUT)):
         if stage in args.stages:
             for version in chains:

@@ -37,7 +37,7 @@ from evoharness_cli.cli_data import (
 from evoharness_cli.cli_evaluation import compare_command, evaluate_command
 from evoharness_cli.cli_serve import serve_command
 from evoharness_cli.cli_teachers import teacher_app
-from evoharness_cli.cli_training import grpo_command, relabel_command, sft_command
+from evoharness_cli.cli_training import dagger_command, grpo_command, relabel_command, sft_command
 from warehouse import Warehouse, default_db_path
 
 app = typer.Typer(help="EvoHarness-RL distillation pipeline: teachers → warehouse → student.", no_args_is_help=True,
@@ -209,7 +209,7 @@ COMMANDS: dict[str, Callable[..., None]] = {
     "games": games, "collect": collect_command, "summary": summary, "init": init,
     "consolidate": consolidate_command, "audit": audit_command, "curate": curate_command,
     "backfill-lineage": backfill_lineage_command,
-    "sft": sft_command, "grpo": grpo_command, "relabel": relabel_command,
+    "sft": sft_command, "dagger": dagger_command, "grpo": grpo_command, "relabel": relabel_command,
     "evaluate": evaluate_command, "compare": compare_command, "serve": serve_command,
 }
 """Every ``evoharness`` command by name (``teacher ...`` is the sub-app of evoharness_cli.cli_teachers)."""

@@ -1,5 +1,5 @@
-"""``evoharness sft | grpo | relabel``: train student model versions from a recipe, and relabel the states they
-reach with the expert (DAgger)."""
+"""``evoharness sft | dagger | grpo | relabel``: train student model versions from a recipe, and relabel the states
+they reach with the expert (DAgger)."""
 
 from __future__ import annotations
 
@@ -163,21 +163,56 @@ def relabel_command(
     db: DbOption = None,
     values: dict[str, Any] | None = None,
 ) -> None:
-    """DAgger: the student plays train games, the expert labels every state it reaches, and the labelled states
-    join its training dataset as a new, relabelled dataset (resumable; train it with `sft --parent-version`)."""
+    """DAgger's data: the student plays train games, the expert labels every state it reaches, and the labelled
+    states join its training dataset as a new, relabelled dataset (resumable; `evoharness dagger` also trains on
+    it)."""
     settings = load_recipe(recipe, set_ or (), values).relabel
+    with Warehouse(db or default_db_path()) as wh:
+        dataset_id = relabelled_dataset(wh, model_version, settings, dataset)
+    console.print(f"next: evoharness sft --parent-version {model_version} --dataset {dataset_id}")
+
+
+@with_settings_options("dagger", SFTSettings)
+def dagger_command(
+    model_version: Annotated[str, typer.Option(help="The student that plays and goes on training (an SFT version).")],
+    dataset: Annotated[str | None, typer.Option(help="Base dataset the labelled states are added to [default: "
+                                                     "the one the student was trained on].")] = None,
+    recipe: RecipeOption = DEFAULT,
+    set_: SetOption = None,
+    models_dir: ModelsDirOption = None,
+    launch: LaunchOption = None,
+    db: DbOption = None,
+    values: dict[str, Any] | None = None,
+) -> None:
+    """One DAgger round as the recipe says: the student plays train games while the expert labels the states it
+    reaches (the relabel section), then SFT goes on from its weights on the relabelled dataset (the dagger section
+    over the student's own settings). Resumable: played games and a trained version are reused."""
+    chosen = load_recipe(recipe, set_ or (), values)
+    given = chosen.dagger_given()
+    with Warehouse(db or default_db_path()) as wh:
+        dataset_id = relabelled_dataset(wh, model_version, chosen.relabel, dataset)
+        settings = continued_sft_settings(wh, model_version, **given)
+        root, run_id = models_dir or str(wh.path.parent / "models"), new_run_id()
+        with _runner(launch, "SFT steps", ("loss", "eval_loss")) as train:
+            version = realize(wh, lambda w: plan_sft_version(w, dataset_id, settings, root, run_id, model_version,
+                                                             chosen.stamp()), train)
+    print_version(version)
+
+
+def relabelled_dataset(wh: Warehouse, model_version: str, settings: RelabelSettings, dataset: str | None) -> str:
+    """The relabelled dataset of ``model_version``'s play as ``settings`` say (played now where it was not yet),
+    added to ``dataset`` (default: the one it trained on); its id, after a table of what it holds."""
     config = RelabelConfig(model_version=model_version, **settings.model_dump())
     quiet_third_party()
     run_id = new_run_id()
-    with Warehouse(db or default_db_path()) as wh:
-        base = dataset or required_version(wh, model_version).row["dataset_id"]
-        with progress_reporter(f"{model_version} relabelling") as update:
-            collected = collect_expert_labels(wh, config, run_id,
-                                              on_progress=lambda done, total, record: update(done, total, ""))
-        result = curate_relabelled(wh, base, model_version, run_id)
+    base = dataset or required_version(wh, model_version).row["dataset_id"]
+    with progress_reporter(f"{model_version} relabelling") as update:
+        collected = collect_expert_labels(wh, config, run_id,
+                                          on_progress=lambda done, total, record: update(done, total, ""))
+    result = curate_relabelled(wh, base, model_version, run_id)
     print_table(f"relabelled dataset {result.dataset_id}{' (stored, reused)' if result.reused else ''}",
                 ["field", "value"], [("episodes played", len(collected.records)), ("won", collected.won),
                                      ("base dataset", base), ("train examples", result.n_train),
                                      ("validation examples", result.n_validation),
                                      ("left out", json.dumps(result.dropped)), ("path", result.path)])
-    console.print(f"next: evoharness sft --parent-version {model_version} --dataset {result.dataset_id}")
+    return result.dataset_id

@@ -93,10 +93,22 @@ def test_overrides_set_single_values_and_are_recorded() -> None:
     assert recipe.given("grpo") == {"learning_rate": 1e-3, "reward": recipe.grpo.reward}
 
 
+def test_a_dagger_round_overrides_only_the_fields_it_sets() -> None:
+    """The dagger section is SFT settings over the parent's: only the fields the file or overrides set count."""
+    assert load_recipe("small").dagger is None
+    with pytest.raises(RecipeError, match="no dagger section") as raised:
+        load_recipe("small").dagger_given()
+    assert "\n" not in str(raised.value)
+    recipe = load_recipe("small", ["dagger.max_steps=1500", "dagger.learning_rate=1e-4"], {"dagger.seed": 2})
+    assert recipe.dagger_given() == {"learning_rate": 1e-4, "max_steps": 1500, "seed": 2}
+    with pytest.raises(RecipeError, match="dagger has no field 'max_step'"):
+        load_recipe("small", ["dagger.max_step=1"])
+
+
 @pytest.mark.parametrize(("overrides", "message"), [
     (["grpo.lerning_rate=1"], "grpo has no field 'lerning_rate'"),
     (["grpo.learning_rate=fast"], "grpo.learning_rate: Input should be a valid number"),
-    (["nope.x=1"], "section one of sft, curriculum, grpo, relabel"),
+    (["nope.x=1"], "section one of sft, dagger, curriculum, grpo, relabel"),
     (["grpo.learning_rate"], "is not section.field=value"),
 ])
 def test_a_bad_override_is_one_line_naming_the_key(overrides: list[str], message: str) -> None:
@@ -119,10 +131,10 @@ def test_a_bad_recipe_file_is_one_line_naming_the_file_or_key(tmp_path: Path) ->
 def _stage_interfaces() -> list[tuple[str, Any, Any]]:
     from assets.relabelling import RelabelledSFTRunConfig, RelabelRunConfig
     from assets.training import GRPORunConfig, SFTRunConfig
-    from evoharness_cli.cli_training import grpo_command, relabel_command, sft_command
+    from evoharness_cli.cli_training import dagger_command, grpo_command, relabel_command, sft_command
 
     return [("sft", sft_command, SFTRunConfig), ("grpo", grpo_command, GRPORunConfig),
-            ("relabel", relabel_command, RelabelRunConfig), ("sft", sft_command, RelabelledSFTRunConfig)]
+            ("relabel", relabel_command, RelabelRunConfig), ("dagger", dagger_command, RelabelledSFTRunConfig)]
 
 
 @pytest.mark.parametrize("index", range(4))

@@ -65,11 +65,23 @@ def test_a_grpo_configuration_finds_the_sft_parent_trained_without_its_grpo_over
     assert students.stage_overrides(["sft.epochs=2", "grpo.beta=0.1"], "sft") == ["sft.epochs=2"]
 
 
+def test_a_dagger_variant_reuses_the_sft_parent_and_shapes_its_grpo_children(students: ModuleType) -> None:
+    variant = ["dagger.max_steps=1500", "relabel.limit=300", "grpo.beta=0", "dagger.seed=1"]
+    assert students.stage_overrides(variant, "sft") == []
+    assert students.stage_overrides(variant, "dagger") == ["dagger.max_steps=1500", "relabel.limit=300"]
+    assert students.stage_overrides(variant, "grpo") == ["dagger.max_steps=1500", "relabel.limit=300", "grpo.beta=0"]
+    assert students.stage_of({"stage": "sft", "parent_version": "expert-sft-x"}) == "dagger"
+    assert students.stage_of({"stage": "sft", "parent_version": None}) == "sft"
+    command = students.dagger_command(load_recipe("small", variant[:1]), variant[:1], "expert-sft-x", 1, None)
+    assert command[:4] == ["evoharness", "dagger", "--model-version", "expert-sft-x"]
+    assert command[-2:] == ["--seed", "1"] and "dagger.max_steps=1500" in command
+
+
 def test_a_row_reports_held_out_play_only_of_a_recipe_as_shipped(students: ModuleType,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(students, "played", lambda db, policy, split: {"success": 0.7})  # held-out play exists too
     monkeypatch.setattr(students, "precision", lambda settings: {"bf16": True})
-    screen = {"model_version": "expert-grpo-x", "stage": "grpo", "parent_version": None, "settings": {"seed": 0},
+    screen = {"model_version": "expert-grpo-x", "stage": "grpo", "recipe_stage": "grpo", "parent_version": None, "settings": {"seed": 0},
               "recipe": "small", "recipe_sha256": "s", "recipe_overrides": '["grpo.beta=0"]', "code_version": "c",
               "seconds": 1.0}
     row = students.version_row("unused.duckdb", screen, ["evoharness grpo ..."])

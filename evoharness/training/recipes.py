@@ -1,8 +1,10 @@
 """Training recipes: versioned files (``configs/recipes/<name>.yaml``) that name every training stage's settings.
 
-A recipe has one section per stage — ``sft`` (:class:`SFTSettings`), ``curriculum`` (:class:`CurriculumSettings`,
-or null for none), ``grpo`` (:class:`GRPOSettings`) and ``relabel`` (:class:`RelabelSettings`) — and each section
-validates as that stage's settings model, the one declaration of its fields, types, defaults and descriptions.
+A recipe has one section per stage — ``sft`` (:class:`SFTSettings`), ``dagger`` (:class:`SFTSettings` of a DAgger
+round, or null for none), ``curriculum`` (:class:`CurriculumSettings`, or null for none), ``grpo``
+(:class:`GRPOSettings`) and ``relabel`` (:class:`RelabelSettings`, how a student plays while the expert labels) —
+and each section validates as that stage's settings model, the one declaration of its fields, types, defaults and
+descriptions.
 A value a section leaves out takes the model's default; ``bf16: auto`` means bf16 where the machine has bf16 units
 (:func:`bf16_is_fast`). Single values are overridden as ``section.field=value`` (``grpo.learning_rate=1e-4``,
 ``sft.lora.r=16``; values are read as YAML). The recipe's name, the sha256 of its file and the overrides are
@@ -49,9 +51,9 @@ class CurriculumSettings(BaseModel):
                                   "each); None: as evaluation chooses (EvaluationConfig.processes).")
 
 
-SECTIONS: dict[str, type[BaseModel]] = {"sft": SFTSettings, "curriculum": CurriculumSettings,
+SECTIONS: dict[str, type[BaseModel]] = {"sft": SFTSettings, "dagger": SFTSettings, "curriculum": CurriculumSettings,
                                         "grpo": GRPOSettings, "relabel": RelabelSettings}
-AUTO_BF16 = ("sft", "grpo")
+AUTO_BF16 = ("sft", "dagger", "grpo")
 """Sections whose ``bf16`` may be ``auto``."""
 
 
@@ -62,6 +64,10 @@ class Recipe(BaseModel):
     sha256: str = Field(description="sha256 of the recipe file's bytes.")
     overrides: tuple[str, ...] = Field(default=(), description="The overrides applied, as section.field=value.")
     sft: SFTSettings
+    dagger: SFTSettings | None = Field(default=None, description=(
+        "One DAgger round after SFT: the SFT student plays train games as ``relabel`` says, the expert labels the "
+        "states it reaches, and SFT goes on from the student's weights on the relabelled dataset with the fields "
+        "set here over the parent's settings (fields left out keep the parent's); None: no round."))
     curriculum: CurriculumSettings | None = None
     grpo: GRPOSettings
     relabel: RelabelSettings = Field(default_factory=RelabelSettings)
@@ -71,6 +77,13 @@ class Recipe(BaseModel):
         from a parent version keeps the parent's settings but these)."""
         names = {item.split("=", 1)[0].split(".")[1] for item in self.overrides if item.startswith(f"{section}.")}
         return {name: getattr(getattr(self, section), name) for name in sorted(names)}
+
+    def dagger_given(self) -> dict[str, Any]:
+        """The fields the ``dagger`` section sets (file or overrides), with their values: they override the SFT
+        parent's settings in the DAgger round."""
+        if self.dagger is None:
+            raise RecipeError(f"recipe {self.name} has no dagger section (set one, e.g. --set dagger.max_steps=1500)")
+        return {name: getattr(self.dagger, name) for name in sorted(self.dagger.model_fields_set)}
 
     def stamp(self) -> dict[str, Any]:
         """What a model version records of the recipe that trained it."""
