@@ -80,26 +80,27 @@ def launched(command: list[str], launch: str | None) -> list[str]:
 
 
 def sft_command(recipe: Recipe, overrides: list[str], seed: int, launch: str | None) -> list[str]:
-    return launched(["evoharness", "sft", "--teacher", TEACHER, *recipe_flags(recipe, overrides, seed)], launch)
+    return launched(["evoharness", "sft", "--teacher", TEACHER,
+                     *recipe_flags(recipe, stage_overrides(overrides, "sft"), seed)], launch)
 
 
 def dagger_command(recipe: Recipe, overrides: list[str], parent: str, seed: int, launch: str | None) -> list[str]:
-    return launched(["evoharness", "dagger", "--model-version", parent, *recipe_flags(recipe, overrides, seed)],
-                    launch)
+    return launched(["evoharness", "dagger", "--model-version", parent,
+                     *recipe_flags(recipe, stage_overrides(overrides, "dagger"), seed)], launch)
 
 
 def grpo_command(recipe: Recipe, overrides: list[str], parent: str, seed: int, launch: str | None) -> list[str]:
-    return launched(["evoharness", "grpo", "--parent-version", parent, *recipe_flags(recipe, overrides, seed)],
-                    launch)
+    return launched(["evoharness", "grpo", "--parent-version", parent,
+                     *recipe_flags(recipe, stage_overrides(overrides, "grpo"), seed)], launch)
 
 
 def evaluate_command(version: str, splits: tuple[str, ...]) -> list[str]:
     return ["evoharness", "evaluate", "--model-version", version, *[p for s in splits for p in ("--split", s)]]
 
 
-STAGE_SECTIONS = {"sft": ("sft.",), "dagger": ("sft.", "relabel.", "dagger."),
-                  "grpo": ("sft.", "relabel.", "dagger.", "curriculum.", "grpo.")}
-"""The recipe sections whose overrides shape a version of each stage (a version also has its parents')."""
+STAGE_SECTIONS = {"sft": ("sft.",), "dagger": ("relabel.", "dagger."), "grpo": ("curriculum.", "grpo.")}
+"""The recipe sections whose overrides shape a version of each stage beyond its parent (a stage's command is given
+only these: a version's parents are told apart by ``parent_version``)."""
 STAGES = tuple(STAGE_SECTIONS)
 
 
@@ -109,13 +110,14 @@ def stage_of(row: dict[str, Any]) -> str:
 
 
 def stage_overrides(overrides: list[str], stage: str) -> list[str]:
-    """The overrides that shape a ``stage`` version, the seed left out (seeds tell replicates apart)."""
+    """The overrides of ``stage``'s own sections, the seed left out (seeds tell replicates apart)."""
     return [o for o in variant_overrides(overrides) if o.startswith(STAGE_SECTIONS.get(stage, ()))]
 
 
 def recipe_versions(db: str, recipe: Recipe, overrides: list[str]) -> list[dict[str, Any]]:
-    """The versions this recipe trained from the expert's data with these overrides (those of the version's stage:
-    an SFT parent trained for another GRPO configuration is this one's too), any seed, oldest first."""
+    """The versions this recipe trained from the expert's data with these overrides of their own stage (an SFT
+    parent trained for another GRPO configuration is this one's too; the caller follows parents), any seed, oldest
+    first."""
     with Warehouse(db, read_only=True) as wh:
         columns, rows = wh.query("recipe_model_versions", recipe=recipe.name, recipe_sha256=recipe.sha256,
                                  teacher=TEACHER)

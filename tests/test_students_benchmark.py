@@ -69,12 +69,14 @@ def test_a_dagger_variant_reuses_the_sft_parent_and_shapes_its_grpo_children(stu
     variant = ["dagger.max_steps=1500", "relabel.limit=300", "grpo.beta=0", "dagger.seed=1"]
     assert students.stage_overrides(variant, "sft") == []
     assert students.stage_overrides(variant, "dagger") == ["dagger.max_steps=1500", "relabel.limit=300"]
-    assert students.stage_overrides(variant, "grpo") == ["dagger.max_steps=1500", "relabel.limit=300", "grpo.beta=0"]
+    assert students.stage_overrides(variant, "grpo") == ["grpo.beta=0"]
     assert students.stage_of({"stage": "sft", "parent_version": "expert-sft-x"}) == "dagger"
     assert students.stage_of({"stage": "sft", "parent_version": None}) == "sft"
     command = students.dagger_command(load_recipe("small", variant[:1]), variant[:1], "expert-sft-x", 1, None)
     assert command[:4] == ["evoharness", "dagger", "--model-version", "expert-sft-x"]
     assert command[-2:] == ["--seed", "1"] and "dagger.max_steps=1500" in command
+    sft = students.sft_command(load_recipe("small", variant), variant, 0, None)
+    assert not [part for part in sft if part.startswith(("dagger.", "relabel.", "grpo."))]  # only its own
 
 
 def test_a_row_reports_held_out_play_only_of_a_recipe_as_shipped(students: ModuleType,
