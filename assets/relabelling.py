@@ -1,8 +1,11 @@
-"""DAgger in the graph: ``relabelled_dataset`` (the teacher's SFT student plays train games while the expert
-labels every state it reaches; the labelled states join the student's dataset as a relabelled dataset) and
-``relabelled_student`` (SFT going on from the student's weights on that dataset). Inputs by id from the
-upstream materialization of the same partition. Not part of ``distill_teacher``: materialize them when a
-student should learn from its own mistakes; the new version gets its evaluation run from the sensor."""
+"""The recipe's DAgger round in the graph: ``relabelled_dataset`` (the teacher's SFT student plays train games
+while the expert labels every state it reaches; the labelled states join the student's dataset as a relabelled
+dataset) and ``relabelled_student`` (SFT going on from the student's weights on that dataset, with the recipe's
+dagger section over its settings). Inputs by id from the upstream materialization of the same partition. Part of
+``distill_teacher``: where the recipe has a dagger section GRPO starts from the DAgger student; where it has none,
+both assets record that there was no round and train nothing (a run config turns one on with a ``dagger.*``
+override on both). The labels are the ALFWorld expert's, whatever the teacher; the new version gets its evaluation
+run from the sensor."""
 
 
 
@@ -12,11 +15,12 @@ from pydantic import Field
 from assets.failures import one_line_failures
 from assets.lineage import id_metadata, required_upstream
 from assets.settings_config import RecipeRunConfig, with_settings_fields
-from assets.training import sft_version_metadata, training_asset
+from assets.training import recipe_metadata, sft_version_metadata, training_asset
 from evoharness.curation.relabelled import curate_relabelled
 from evoharness.reporting.charts import markdown_table
 from evoharness.training.model_versions import continued_sft_settings, plan_sft_version
 from evoharness.training.realize import realize
+from evoharness.training.recipes import Recipe
 from evoharness.training.relabel import RelabelConfig, RelabelSettings, collect_expert_labels
 from evoharness.training.sft_config import SFTSettings
 from pipelines.resources import AlfworldResource, StudentResource, TrainingLauncher, WarehouseResource
@@ -34,14 +38,17 @@ class RelabelRunConfig(RecipeRunConfig):
 
 @training_asset(
     deps=["sft_student"],
-    description="DAgger's aggregate: the SFT student plays train games, the expert labels every state it reaches, "
-                "and the labelled states join the student's dataset as <name>.relabel@vN (resumable).",
+    description="DAgger's aggregate, where the recipe has a dagger round: the SFT student plays train games as its "
+                "relabel section says, the expert labels every state it reaches, and the labelled states join the "
+                "student's dataset as <name>.relabel@vN (resumable).",
 )
 @one_line_failures
 def relabelled_dataset(context: dg.AssetExecutionContext, config: RelabelRunConfig, alfworld: AlfworldResource,
                        warehouse: WarehouseResource, students: StudentResource) -> dg.MaterializeResult:
-    model_version = required_upstream(context, "sft_student", "model_version", config.model_version)
     recipe = config.load(students.recipe_name())
+    if recipe.dagger is None:
+        return no_round(recipe)
+    model_version = required_upstream(context, "sft_student", "model_version", config.model_version)
     relabel = RelabelConfig(model_version=model_version, data_root=alfworld.root(), engine=config.engine,
                             **recipe.relabel.model_dump())
 
@@ -92,18 +99,27 @@ class RelabelledSFTRunConfig(RecipeRunConfig):
 def relabelled_student(context: dg.AssetExecutionContext, config: RelabelledSFTRunConfig,
                        warehouse: WarehouseResource, students: StudentResource, training: TrainingLauncher,
                        pipes_client: dg.PipesSubprocessClient) -> dg.MaterializeResult:
+    recipe = config.load(students.recipe_name())
+    if recipe.dagger is None:
+        return no_round(recipe, dg.AssetCheckResult(check_name="relabelled_student_learned", passed=True))
     dataset_id = required_upstream(context, "relabelled_dataset", "dataset_id", config.dataset_id)
     with warehouse.open() as wh:
         parent = wh.value("dataset_relabelled_by", dataset_id=dataset_id)
         if parent is None:
             raise dg.Failure(f"Dataset {dataset_id!r} is not a relabelled dataset (its config names no student).")
-        recipe = config.load(students.recipe_name())
         settings = continued_sft_settings(wh, parent, **recipe.dagger_given())
         run_id = context.run.run_id
         version = realize(wh, lambda w: plan_sft_version(w, dataset_id, settings, students.models_root(w), run_id,
                                                          parent, recipe.stamp()), training.runner(context, pipes_client))
-    metadata = sft_version_metadata(context, version, f"{version.model_version}: SFT loss from {parent}")
+    metadata = sft_version_metadata(context, version, f"{version.model_version}: SFT loss from {parent}") \
+        | recipe_metadata(recipe)
     return dg.MaterializeResult(metadata=metadata, check_results=[learned_by_thirds(version.row["loss_history"])])
+
+
+def no_round(recipe: Recipe, *checks: dg.AssetCheckResult) -> dg.MaterializeResult:
+    """The materialization of a recipe without a DAgger round: nothing played or trained, and said so."""
+    return dg.MaterializeResult(metadata={"dagger": dg.MetadataValue.text("none in the recipe")}
+                                | recipe_metadata(recipe), check_results=list(checks))
 
 
 def learned_by_thirds(losses: list[tuple[int, float]]) -> dg.AssetCheckResult:

@@ -1,7 +1,8 @@
 """Students as model versions, trained as the recipe says (``configs/recipes``; the ``students`` resource names the
 deployment's recipe, a run config may name another): ``sft_student`` (TRL SFT on the dataset ``sft_dataset``
-materialized), ``grpo_curriculum`` (the SFT student's greedy play on train games; the games it lost are metadata)
-and ``grpo_student`` (TRL GRPO with multi-turn rollouts on those games), inputs named by id.
+materialized), ``grpo_curriculum`` (the greedy play on train games of the SFT student, or of the DAgger student
+of :mod:`assets.relabelling` where the recipe has a round; the games it lost are metadata) and ``grpo_student`` (TRL
+GRPO from that student with multi-turn rollouts on those games), inputs named by id.
 
 Training runs in a child process launched through Dagster Pipes (the ``training`` and ``pipes_client``
 resources) by the library's one realize path (:func:`evoharness.training.realize.realize`): this process plans the
@@ -121,7 +122,8 @@ class GRPORunConfig(RecipeRunConfig):
     """Run config of a student's curriculum and GRPO."""
 
     parent_version: str | None = Field(default=None, description="Model version to start from (None: the one "
-                                       "sft_student materialized for this partition, read from its metadata).")
+                                       "relabelled_student materialized for this partition where the recipe has a "
+                                       "dagger round, else sft_student's, read from its metadata).")
     curriculum_from: str | None = Field(default=None, description="Draw only the train games this policy lost (None: "
                                         "grpo_curriculum's games, or every train game when the recipe has none).")
     engine: str | None = Field(default=None, description="Rollout engine (None: the fast engine).")
@@ -131,9 +133,16 @@ class GRPORunConfig(RecipeRunConfig):
 
 
 
+def grpo_parent(context: dg.AssetExecutionContext, recipe: Recipe, explicit: str | None) -> str:
+    """The version GRPO starts from: ``explicit``, else the DAgger student where the recipe has a round, else the
+    SFT student (each as materialized for this partition)."""
+    upstream = "sft_student" if recipe.dagger is None else "relabelled_student"
+    return required_upstream(context, upstream, "model_version", explicit)
+
+
 @training_asset(
-    deps=["sft_student"],
-    description="The SFT student's greedy play on the recipe's first train games at GRPO's episode budget; the "
+    deps=["sft_student", "relabelled_student"],
+    description="The SFT student's (the DAgger student's, where the recipe has a round) greedy play on the recipe's first train games at GRPO's episode budget; the "
                 "games it lost are GRPO's curriculum (metadata). Resumable; nothing to play when the recipe has no "
                 "curriculum.",
     check_specs=[dg.AssetCheckSpec(
@@ -145,7 +154,7 @@ class GRPORunConfig(RecipeRunConfig):
 def grpo_curriculum(context: dg.AssetExecutionContext, config: GRPORunConfig, alfworld: AlfworldResource,
                     warehouse: WarehouseResource, students: StudentResource) -> dg.MaterializeResult:
     recipe = config.load(students.recipe_name())
-    parent = required_upstream(context, "sft_student", "model_version", config.parent_version)
+    parent = grpo_parent(context, recipe, config.parent_version)
     metadata = {"played_by": dg.MetadataValue.text(parent)} | recipe_metadata(recipe)
     if recipe.curriculum is None:
         check = dg.AssetCheckResult(check_name="grpo_curriculum_has_games", passed=True,
@@ -182,8 +191,9 @@ def curriculum_metadata(played: EvaluationResult, lost: list[str]) -> dict[str, 
 
 
 @training_asset(
-    deps=["sft_student", "grpo_curriculum"],
-    description="GRPO from the teacher's SFT student as the recipe's grpo section says, on grpo_curriculum's games: "
+    deps=["sft_student", "relabelled_student", "grpo_curriculum"],
+    description="GRPO from the teacher's SFT student (its DAgger student, where the recipe has a round) as the "
+                "recipe's grpo section says, on grpo_curriculum's games: "
                 "multi-turn rollouts in the environment, cost-aware reward (each term logged), one sample per turn "
                 "with its trajectory's group-normalized advantage.",
     check_specs=[dg.AssetCheckSpec(
@@ -199,7 +209,7 @@ def grpo_student(context: dg.AssetExecutionContext, config: GRPORunConfig, alfwo
                  warehouse: WarehouseResource, students: StudentResource, training: TrainingLauncher,
                  pipes_client: dg.PipesSubprocessClient) -> dg.MaterializeResult:
     recipe = config.load(students.recipe_name())
-    parent = required_upstream(context, "sft_student", "model_version", config.parent_version)
+    parent = grpo_parent(context, recipe, config.parent_version)
     run_id = context.run.run_id
     with warehouse.open() as wh:
         if config.curriculum_from is not None:

@@ -37,14 +37,15 @@ from warehouse import Warehouse, WarehouseOpenError, load_query
 TEACHER_EPISODES = dg.AssetKey("teacher_episodes")
 
 DISTILLATION_ASSETS = (TEACHER_EPISODES, dg.AssetKey("bpe_examples"), dg.AssetKey("sft_dataset"),
-                       dg.AssetKey("sft_student"), dg.AssetKey("grpo_curriculum"), dg.AssetKey("grpo_student"))
+                       dg.AssetKey("sft_student"), dg.AssetKey("relabelled_dataset"), dg.AssetKey("relabelled_student"),
+                       dg.AssetKey("grpo_curriculum"), dg.AssetKey("grpo_student"))
 
 distill_teacher_job = dg.define_asset_job(
     "distill_teacher",
     selection=dg.AssetSelection.assets(*DISTILLATION_ASSETS),
     description="One teacher (the partition) from episodes on train games to a curated dataset, an SFT student, "
-                "its curriculum and its GRPO successor, trained as the students resource's recipe says (each new "
-                "model version then gets an evaluation run).",
+                "its DAgger round (where the recipe has one), the curriculum and the GRPO successor, trained as the "
+                "students resource's recipe says (each new model version then gets an evaluation run).",
 )
 
 

@@ -74,8 +74,8 @@ def test_materialize_games_and_expert_episodes(tmp_path: Path, alfworld_data: Pa
 
 def test_distill_teacher_job_turns_a_teacher_into_a_dataset(tmp_path: Path, alfworld_data: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """The job the sensor requests runs collection on train games, consolidation, curation, SFT and GRPO, each
-    gated by its checks, and leaves two model versions to evaluate."""
+    """The job the sensor requests runs collection on train games, consolidation, curation, SFT, the recipe's DAgger
+    round and GRPO from the DAgger student, each gated by its checks, and leaves three model versions to evaluate."""
     from evoharness.teachers.registry import EXPERT
     from pipelines.sensors import distillation_run_config
 
@@ -86,30 +86,39 @@ def test_distill_teacher_job_turns_a_teacher_into_a_dataset(tmp_path: Path, alfw
     # the shortest real training, as the deployment's recipe: the full run is tests/test_pipeline_e2e.py (slow)
     monkeypatch.setenv("EVOHARNESS_RECIPE", str(write_recipe(
         tmp_path, sft={"max_steps": 4, "max_length": 1024}, curriculum={"limit": 2},
+        relabel={"limit": 1, "max_steps": 4}, dagger={"max_steps": 12, "logging_steps": 1},
         grpo={"games_per_step": 1, "num_generations": 2, "max_steps": 1, "episode_steps": 2, "max_new_tokens": 8})))
     with dg.instance_for_test() as instance:
         register_teachers(instance)
         result = defs.resolve_job_def("distill_teacher").execute_in_process(
             run_config=run_config, instance=instance, partition_key="expert")
-        assert len(instance.get_dynamic_partitions("model_version")) == 2
+        assert len(instance.get_dynamic_partitions("model_version")) == 3
     assert result.success
     materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
-    assert materialized == {"teacher_episodes", "bpe_examples", "sft_dataset", "sft_student", "grpo_curriculum",
-                            "grpo_student"}
+    assert materialized == {"teacher_episodes", "bpe_examples", "sft_dataset", "sft_student", "relabelled_dataset",
+                            "relabelled_student", "grpo_curriculum", "grpo_student"}
     checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
     assert checks == {"teacher_episodes_integrity": True, "bpe_examples_quality": True,
                       "sft_dataset_no_eval_games": True, "sft_student_learned": True,
+                      "relabelled_student_learned": True,
                       "grpo_curriculum_has_games": True, "grpo_rollouts_healthy": True,
                       "grpo_stayed_near_parent": True}
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.execute("SELECT count(*), min(split), max(split) FROM episodes WHERE teacher = 'expert'"
                            ).fetchone() == (6, "train", "train")
         recipe = con.execute("SELECT DISTINCT recipe FROM model_versions").fetchall()
-        assert recipe == [("quick",)]  # both versions record the recipe that trained them
-        lost = con.execute("SELECT count(DISTINCT game_id) FROM episodes WHERE split = 'train' AND teacher <> 'expert'"
-                           ).fetchone()[0]
-        assert lost == 2  # the curriculum: the SFT student's play on the first 2 train games
-        assert con.execute("SELECT count(*) FROM datasets WHERE teacher = 'expert'").fetchone()[0] == 1
+        assert recipe == [("quick",)]  # every version records the recipe that trained them
+        chain = con.execute("SELECT stage, parent_version IS NOT NULL FROM model_versions ORDER BY created_at"
+                            ).fetchall()
+        assert chain == [("sft", False), ("sft", True), ("grpo", True)]  # SFT, its DAgger round, GRPO from that
+        dagger, grpo_parent = con.execute(
+            "SELECT (SELECT model_version FROM model_versions WHERE stage = 'sft' AND parent_version IS NOT NULL), "
+            "(SELECT parent_version FROM model_versions WHERE stage = 'grpo')").fetchone()
+        assert grpo_parent == dagger
+        lost = con.execute("SELECT count(DISTINCT game_id) FROM episodes WHERE split = 'train' AND teacher <> 'expert' "
+                           "AND policy_kind <> 'relabel'").fetchone()[0]
+        assert lost == 2  # the curriculum: the DAgger student's play on the first 2 train games
+        assert con.execute("SELECT count(*) FROM datasets WHERE teacher = 'expert'").fetchone()[0] == 2  # + relabelled
 
 
 def test_a_task_type_whose_episodes_all_failed_has_no_success_rate(tmp_path: Path, alfworld_data: Path,

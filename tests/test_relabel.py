@@ -101,6 +101,7 @@ def test_dagster_materializes_the_relabelled_dataset_and_student(overfit: tuple[
     import dagster as dg
 
     from assets.relabelling import relabelled_dataset, relabelled_student
+    from assets.training import grpo_curriculum
     from pipelines.resources import AlfworldResource, StudentResource, TrainingLauncher, WarehouseResource
 
     db, model_version, _ = overfit
@@ -111,14 +112,24 @@ def test_dagster_materializes_the_relabelled_dataset_and_student(overfit: tuple[
     resources = {"warehouse": WarehouseResource(path=str(copy)), "alfworld": AlfworldResource(),
                  "students": StudentResource(recipe="tiny", models_dir=str(tmp_path / "models")), "training": TrainingLauncher(),
                  "pipes_client": dg.PipesSubprocessClient()}
+    round_on = ["dagger.max_steps=12", "dagger.logging_steps=1"]  # the tiny recipe has no round of its own
     config = {"ops": {"relabelled_dataset": {"config": {"model_version": model_version, "limit": 1, "max_steps": 8,
-                                                        "max_tokens": 64, "engine": "fast"}},
-                      "relabelled_student": {"config": {"max_steps": 6, "logging_steps": 1}}}}
+                                                        "max_tokens": 64, "engine": "fast", "overrides": round_on}},
+                      "relabelled_student": {"config": {"overrides": round_on}},
+                      "grpo_curriculum": {"config": {"overrides": [*round_on, "curriculum.limit=1",
+                                                                   "grpo.episode_steps=4"]}}}}
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("teacher", ["expert"])
-        result = dg.materialize([relabelled_dataset, relabelled_student], instance=instance, partition_key="expert",
-                                resources=resources, run_config=config)
-    assert result.success
+        result = dg.materialize([relabelled_dataset, relabelled_student, grpo_curriculum], instance=instance,
+                                partition_key="expert", resources=resources, run_config=config)
+        idle = dg.materialize([relabelled_dataset, relabelled_student], instance=instance, partition_key="expert",
+                              resources=resources)  # the recipe as shipped: no round
+    assert result.success and idle.success
+    assert idle.asset_materializations_for_node("relabelled_student")[0].metadata["dagger"].value == \
+        "none in the recipe"
+    curriculum = result.asset_materializations_for_node("grpo_curriculum")[0].metadata
+    assert curriculum["played_by"].value == result.asset_materializations_for_node(
+        "relabelled_student")[0].metadata["model_version"].value  # GRPO goes on from the DAgger student
     dataset = result.asset_materializations_for_node("relabelled_dataset")[0].metadata
     student = result.asset_materializations_for_node("relabelled_student")[0].metadata
     assert dataset["relabelled_by"].value == model_version and ".relabel@v" in dataset["dataset_id"].value
