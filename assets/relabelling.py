@@ -118,8 +118,8 @@ def relabelled_student(context: dg.AssetExecutionContext, config: RelabelledSFTR
 
 def no_round(recipe: Recipe, *checks: dg.AssetCheckResult) -> dg.MaterializeResult:
     """The materialization of a recipe without a DAgger round: nothing played or trained, and said so."""
-    return dg.MaterializeResult(metadata={"dagger": dg.MetadataValue.text("none in the recipe")}
-                                | recipe_metadata(recipe), check_results=list(checks))
+    metadata: dict[str, dg.MetadataValue] = {"dagger": dg.MetadataValue.text("none in the recipe")}
+    return dg.MaterializeResult(metadata=metadata | recipe_metadata(recipe), check_results=list(checks))
 
 
 def learned_by_thirds(losses: list[tuple[int, float]]) -> dg.AssetCheckResult:
