@@ -115,18 +115,19 @@ def stage_overrides(overrides: list[str], stage: str) -> list[str]:
 
 
 def recipe_versions(db: str, recipe: Recipe, overrides: list[str]) -> list[dict[str, Any]]:
-    """The versions this recipe trained from the expert's data with these overrides of their own stage (an SFT
-    parent trained for another GRPO configuration is this one's too; the caller follows parents), any seed, oldest
-    first."""
+    """The versions this recipe file realized (trained, or named again and reused) from the expert's data with these
+    overrides of their own stage (an SFT parent trained for another GRPO configuration is this one's too; the caller
+    follows parents), any seed, oldest first, each once."""
     with Warehouse(db, read_only=True) as wh:
         columns, rows = wh.query("recipe_model_versions", recipe=recipe.name, recipe_sha256=recipe.sha256,
                                  teacher=TEACHER)
-    found = []
+    found: dict[str, dict[str, Any]] = {}
     for row in (dict(zip(columns, r, strict=True)) for r in rows):
         given = json.loads(row["recipe_overrides"] or "[]")
         if stage_overrides(given, stage_of(row)) == stage_overrides(list(overrides), stage_of(row)):
-            found.append(row | {"settings": json.loads(row["settings"]), "recipe_stage": stage_of(row)})
-    return found
+            found.setdefault(row["model_version"], row | {"settings": json.loads(row["settings"]),
+                                                          "recipe_stage": stage_of(row)})
+    return list(found.values())
 
 
 def played(db: str, policy: str, split: str) -> dict[str, Any] | None:

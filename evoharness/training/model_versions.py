@@ -165,7 +165,7 @@ def plan_sft_version(wh: Warehouse, dataset_id: str, settings: SFTSettings, mode
     teacher, dataset_path = dataset_source(wh, dataset_id)
     model_version = version_id(teacher, "sft", dataset_id, settings)
     if (stored := stored_version(wh, model_version)) is not None:
-        return stored
+        return claimed(wh, stored, recipe)
     return TrainingJob(stage="sft", model_version=model_version, teacher=teacher, dataset_id=dataset_id,
                        source=dataset_path, parent_version=parent_version, base_model=settings.base_model,
                        output_dir=str(Path(models_root) / model_version), settings=settings.model_dump(mode="json"),
@@ -182,7 +182,7 @@ def plan_grpo_version(wh: Warehouse, parent_version: str, settings: GRPOSettings
     teacher = parent.row["teacher"]
     model_version = version_id(teacher, "grpo", parent_version, settings)
     if (stored := stored_version(wh, model_version)) is not None:
-        return stored
+        return claimed(wh, stored, recipe)
     bank_row = wh.one("dataset_bank", dataset_id=parent.row["dataset_id"])
     if bank_row is None:
         raise LookupError(f"Dataset {parent.row['dataset_id']!r} of {parent_version!r} is not in the warehouse.")
@@ -194,15 +194,26 @@ def plan_grpo_version(wh: Warehouse, parent_version: str, settings: GRPOSettings
                        recipe=recipe or {}, run_id=run_id)
 
 
+def claimed(wh: Warehouse, version: ModelVersion, recipe: dict[str, Any] | None) -> ModelVersion:
+    """``version``, recorded as realized by ``recipe`` (a ``Recipe.stamp()``; None or empty: no recipe): a recipe
+    file that names a stored version again (its other sections or its comments changed) finds it as its own."""
+    if recipe and recipe.get("recipe_sha256"):
+        wh.execute("model_version_recipe_claim", model_version=version.model_version, recipe=recipe["recipe"],
+                   recipe_sha256=recipe["recipe_sha256"],
+                   recipe_overrides=json.dumps(list(recipe.get("recipe_overrides") or [])),
+                   claimed_at=datetime.now(UTC).replace(tzinfo=None))
+    return version
+
+
 def store_training_result(wh: Warehouse, job: TrainingJob, result: dict[str, Any]) -> ModelVersion:
-    """Record a finished job as a model version."""
-    return _store(wh, {
+    """Record a finished job as a model version (claimed by the recipe that trained it)."""
+    return claimed(wh, _store(wh, {
         "model_version": job.model_version, "stage": job.stage, "teacher": job.teacher, "dataset_id": job.dataset_id,
         "parent_version": job.parent_version, "base_model": job.base_model,
         "settings": json.dumps(job.settings, separators=(",", ":")), "run_id": job.run_id,
         "prompt_set": job.prompt_set, "recipe": job.recipe.get("recipe"),
         "recipe_sha256": job.recipe.get("recipe_sha256"), "recipe_overrides": job.recipe.get("recipe_overrides"),
-    } | {k: result[k] for k in RESULT_FIELDS})
+    } | {k: result[k] for k in RESULT_FIELDS}), job.recipe)
 
 
 RESULT_FIELDS = ("path", "train_examples", "validation_examples", "steps", "train_loss", "eval_loss", "parameters",

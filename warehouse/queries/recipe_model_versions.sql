@@ -1,6 +1,8 @@
--- The model versions a recipe file trained ($recipe, $recipe_sha256) from one teacher's data ($teacher), oldest first.
-SELECT model_version, stage, parent_version, settings, recipe, recipe_sha256, recipe_overrides, code_version, seconds,
-       rollout_history
-FROM model_versions
-WHERE recipe = $recipe AND recipe_sha256 = $recipe_sha256 AND teacher = $teacher
-ORDER BY created_at;
+-- The model versions a recipe file realized ($recipe, $recipe_sha256: trained, or named again and reused) from one
+-- teacher's data ($teacher), with the overrides of that realization, oldest first.
+SELECT v.model_version, v.stage, v.parent_version, v.settings, r.recipe, r.recipe_sha256,
+       r.recipe_overrides, v.code_version, v.seconds, v.rollout_history
+FROM model_version_recipes r
+JOIN model_versions v USING (model_version)
+WHERE r.recipe = $recipe AND r.recipe_sha256 = $recipe_sha256 AND v.teacher = $teacher
+ORDER BY v.created_at, r.claimed_at;

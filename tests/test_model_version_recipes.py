@@ -1,0 +1,30 @@
+"""Every recipe that realizes a model version claims it: a recipe file changed where it does not touch a stage (a
+comment, another section) still finds that stage's stored versions, as ``students.py`` needs to regenerate rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from evoharness.training.model_versions import RESULT_FIELDS, TrainingJob, claimed, store_training_result
+from warehouse import Warehouse
+
+
+def stamp(sha: str, *overrides: str) -> dict:
+    return {"recipe": "small", "recipe_sha256": sha, "recipe_overrides": list(overrides)}
+
+
+def test_a_version_named_again_by_a_changed_recipe_file_is_found_by_both(tmp_path: Path) -> None:
+    job = TrainingJob(stage="sft", model_version="expert-sft-abc", teacher="expert", dataset_id="sft-expert@v1",
+                      source="/d", base_model="small", output_dir=str(tmp_path / "m"), settings={"seed": 0},
+                      recipe=stamp("sha-a"), run_id="r")
+    result = {key: [] if key.endswith("history") else 0 for key in RESULT_FIELDS} | {"path": str(tmp_path / "m")}
+    with Warehouse(tmp_path / "w.duckdb") as wh:
+        version = store_training_result(wh, job, result)
+        claimed(wh, version, stamp("sha-b", "sft.seed=0"))
+        claimed(wh, version, stamp("sha-b", "sft.seed=0"))  # idempotent
+        claimed(wh, version, None)  # a version trained without a recipe claims nothing
+        found = {sha: wh.query("recipe_model_versions", recipe="small", recipe_sha256=sha, teacher="expert")[1]
+                 for sha in ("sha-a", "sha-b", "sha-c")}
+    assert [(row[0], row[6]) for row in found["sha-a"]] == [("expert-sft-abc", "[]")]
+    assert [(row[0], row[6]) for row in found["sha-b"]] == [("expert-sft-abc", '["sft.seed=0"]')]
+    assert found["sha-c"] == []
