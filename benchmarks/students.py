@@ -239,13 +239,17 @@ def main() -> None:
     for row in (r for r in recipe_versions(db, recipe, args.overrides) if r["recipe_stage"] == "sft"):
         chains[row["model_version"]] = [with_environment(c) for c in
                                         [*DATA, sft_commands.get(row["settings"]["seed"], ["?"])]]
-    parents = list(chains)  # the SFT versions; then the DAgger versions, where the recipe has a round
+    # parents: every version of the stage before (their children are reported); trained_from: those of the seeds
+    # asked for (the next stage trains from these only)
+    parents = list(chains)
+    trained_from = [r["model_version"] for r in recipe_versions(db, recipe, args.overrides)
+                    if r["recipe_stage"] == "sft" and r["settings"]["seed"] in args.sft_seeds]
     for stage, command_of, seeds in (("dagger", dagger_command, args.dagger_seeds),
                                      ("grpo", grpo_command, args.grpo_seeds)):
         if stage == "dagger" and recipe.dagger is None:
             continue
         if stage in args.stages:
-            for parent in parents:
+            for parent in trained_from:
                 for seed in seeds:
                     run(command_of(recipe, args.overrides, parent, seed, args.launch))
         made = [r for r in recipe_versions(db, recipe, args.overrides)
@@ -254,6 +258,8 @@ def main() -> None:
             command = command_of(recipe, args.overrides, row["parent_version"], row["settings"]["seed"], args.launch)
             chains[row["model_version"]] = [*chains[row["parent_version"]], with_environment(command)]
         parents = [row["model_version"] for row in made]
+        trained_from = [row["model_version"] for row in made
+                        if row["settings"]["seed"] in seeds and row["parent_version"] in trained_from]
     versions = recipe_versions(db, recipe, args.overrides)
     for stage, splits in (("dev", DEV), ("final", HELD_OUT)):
         if stage in args.stages:
