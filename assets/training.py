@@ -142,9 +142,9 @@ def grpo_parent(context: dg.AssetExecutionContext, recipe: Recipe, explicit: str
 
 @training_asset(
     deps=["sft_student", "relabelled_student"],
-    description="The SFT student's (the DAgger student's, where the recipe has a round) greedy play on the recipe's first train games at GRPO's episode budget; the "
-                "games it lost are GRPO's curriculum (metadata). Resumable; nothing to play when the recipe has no "
-                "curriculum.",
+    description="The SFT student's (the DAgger student's, where the recipe has a round) greedy play on the recipe's "
+                "first train games at GRPO's episode budget; the games it lost are GRPO's curriculum (metadata). "
+                "Resumable; nothing to play when the recipe has no curriculum.",
     check_specs=[dg.AssetCheckSpec(
         "grpo_curriculum_has_games", asset="grpo_curriculum", blocking=True,
         description="The student lost some of the games (GRPO needs games where its episodes differ), or the recipe "
@@ -193,9 +193,9 @@ def curriculum_metadata(played: EvaluationResult, lost: list[str]) -> dict[str, 
 @training_asset(
     deps=["sft_student", "relabelled_student", "grpo_curriculum"],
     description="GRPO from the teacher's SFT student (its DAgger student, where the recipe has a round) as the "
-                "recipe's grpo section says, on grpo_curriculum's games: "
-                "multi-turn rollouts in the environment, cost-aware reward (each term logged), one sample per turn "
-                "with its trajectory's group-normalized advantage.",
+                "recipe's grpo section says, on grpo_curriculum's games: multi-turn rollouts in the environment, "
+                "cost-aware reward (each term logged), one sample per turn with its trajectory's group-normalized "
+                "advantage.",
     check_specs=[dg.AssetCheckSpec(
         "grpo_rollouts_healthy", asset="grpo_student", blocking=True,
         description="Every logged step played its rollouts without a failed episode."),
