@@ -109,7 +109,7 @@ def evaluate_via_dagster(version: str, splits: list[str]) -> tuple[float, list[d
 def run(command: list[str]) -> float:
     print("$", " ".join(command), flush=True)
     started = time.perf_counter()
-    subprocess.run(command, check=True)
+    subprocess.run(command, check=True, env=os.environ | report.this_checkout_env())
     return round(time.perf_counter() - started, 1)
 
 

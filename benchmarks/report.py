@@ -104,12 +104,18 @@ def write_report(path: Path, report: Mapping[str, Any], *, command: str | None =
     return written
 
 
+def this_checkout_env() -> dict[str, str]:
+    """The environment with this checkout first on ``PYTHONPATH``: a command run from a worktree (``evoharness ...``
+    through its console script) imports the worktree's code, not that of the checkout the package was installed
+    from in editable mode."""
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
+
+
 def accelerate_launch(script: Path, args: Sequence[str], processes: int, port: int, timeout_s: float = 1200
                       ) -> float:
     """Run ``script args`` under ``accelerate launch`` with ``processes`` CPU processes (gloo; fp32), with the
     repository on the path; the wall seconds it took. A failure raises with the run's last output."""
-    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-                        "ACCELERATE_USE_CPU": "true"}
+    env = os.environ | this_checkout_env() | {"ACCELERATE_USE_CPU": "true"}
     # --multi_gpu selects accelerate's torch.distributed launcher; with ACCELERATE_USE_CPU the Trainer runs on
     # the CPU with the gloo backend (accelerate's --cpu flag would start a single process)
     command = [sys.executable, "-m", "accelerate.commands.launch", *(["--multi_gpu"] if processes > 1 else []),

@@ -66,7 +66,8 @@ def with_environment(command: list[str]) -> str:
 def run(command: list[str]) -> None:
     print("$", with_environment(command), flush=True)
     started = time.perf_counter()
-    subprocess.run(command, check=True, env=os.environ | {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
+    subprocess.run(command, check=True, env=os.environ | report.this_checkout_env() | {
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
     print(f"  ({time.perf_counter() - started:.0f} s)", flush=True)
 
 

@@ -102,3 +102,17 @@ def test_a_variant_cannot_be_played_on_the_held_out_splits(students: ModuleType,
     with pytest.raises(SystemExit) as exited:
         students.main()
     assert exited.value.code == 2
+
+
+def test_commands_import_the_checkout_they_run_from(students: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worktree's run must not train with the code of the checkout the package was installed from (editable)."""
+    import os
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    env = students.report.this_checkout_env()
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(REPO), "/elsewhere"]
+    found = subprocess.run([sys.executable, "-c", "import evoharness; print(evoharness.__file__)"], cwd="/",
+                           env=os.environ | env, capture_output=True, text=True, check=True).stdout
+    assert found.startswith(str(REPO))
