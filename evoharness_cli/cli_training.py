@@ -36,6 +36,8 @@ LaunchOption = Annotated[str | None, typer.Option(help=(
     "Train in child processes started by this command, e.g. 'accelerate launch --config_file "
     "configs/accelerate/multi_cpu.yaml' ('': one child process); the warehouse stays in this process."))]
 ModelsDirOption = Annotated[str | None, typer.Option(help="[default: <warehouse folder>/models]")]
+BaseDatasetOption = Annotated[str | None, typer.Option(help="Base dataset the labelled states are added to [default: "
+                                                            "the one the student was trained on].")]
 
 
 def choose(ids: list[str], what: str, owner: str) -> str:
@@ -156,8 +158,7 @@ def print_version(version: ModelVersion) -> None:
 @with_settings_options("relabel", RelabelSettings)
 def relabel_command(
     model_version: Annotated[str, typer.Option(help="The student that plays (a trained model version).")],
-    dataset: Annotated[str | None, typer.Option(help="Base dataset the labelled states are added to [default: "
-                                                     "the one the student was trained on].")] = None,
+    dataset: BaseDatasetOption = None,
     recipe: RecipeOption = DEFAULT,
     set_: SetOption = None,
     db: DbOption = None,
@@ -175,8 +176,7 @@ def relabel_command(
 @with_settings_options("dagger", SFTSettings)
 def dagger_command(
     model_version: Annotated[str, typer.Option(help="The student that plays and goes on training (an SFT version).")],
-    dataset: Annotated[str | None, typer.Option(help="Base dataset the labelled states are added to [default: "
-                                                     "the one the student was trained on].")] = None,
+    dataset: BaseDatasetOption = None,
     recipe: RecipeOption = DEFAULT,
     set_: SetOption = None,
     models_dir: ModelsDirOption = None,
