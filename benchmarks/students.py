@@ -236,15 +236,13 @@ def main() -> None:
     if "sft" in args.stages:
         for command in sft_commands.values():
             run(command)
-    chains: dict[str, list[str]] = {}
-    for row in (r for r in recipe_versions(db, recipe, args.overrides) if r["recipe_stage"] == "sft"):
-        chains[row["model_version"]] = [with_environment(c) for c in
-                                        [*DATA, sft_commands.get(row["settings"]["seed"], ["?"])]]
+    sft_rows = [r for r in recipe_versions(db, recipe, args.overrides) if r["recipe_stage"] == "sft"]
+    chains: dict[str, list[str]] = {row["model_version"]: [with_environment(c) for c in [
+        *DATA, sft_commands.get(row["settings"]["seed"], ["?"])]] for row in sft_rows}
     # parents: every version of the stage before (their children are reported); trained_from: those of the seeds
     # asked for (the next stage trains from these only)
     parents = list(chains)
-    trained_from = [r["model_version"] for r in recipe_versions(db, recipe, args.overrides)
-                    if r["recipe_stage"] == "sft" and r["settings"]["seed"] in args.sft_seeds]
+    trained_from = [r["model_version"] for r in sft_rows if r["settings"]["seed"] in args.sft_seeds]
     for stage, command_of, seeds in (("dagger", dagger_command, args.dagger_seeds),
                                      ("grpo", grpo_command, args.grpo_seeds)):
         if stage == "dagger" and recipe.dagger is None:
