@@ -34,8 +34,11 @@ def test_teacher_to_evaluated_students(tmp_path: Path, alfworld_data: Path, monk
             run_config=run_config, instance=instance, partition_key="expert")
         assert distilled.success
         materialized = {e.asset_key.to_user_string() for e in distilled.get_asset_materialization_events()}
-        assert materialized == {"teacher_episodes", "bpe_examples", "sft_dataset", "sft_student", "grpo_curriculum",
-                                "grpo_student"}
+        assert materialized == {"teacher_episodes", "bpe_examples", "sft_dataset", "sft_student", "relabelled_dataset",
+                                "relabelled_student", "grpo_curriculum", "grpo_student"}
+        no_rounds = [e.materialization.metadata["dagger"].value for e in distilled.get_asset_materialization_events()
+                     if e.asset_key.to_user_string().startswith("relabelled_")]
+        assert no_rounds == ["none in the recipe"] * 2  # the recipe has no DAgger round: nothing played or trained
         checks = {c.check_name: c.passed for c in distilled.get_asset_check_evaluations()}
         assert all(checks.values()) and {"sft_student_learned", "grpo_rollouts_healthy"} <= set(checks)
 
