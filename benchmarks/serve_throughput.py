@@ -1,11 +1,11 @@
-"""A served student's throughput: ``transformers serve`` with and without continuous batching, side by side in one
-run, answering the same student turns (rendered as the recipe's SFT saw them) through the real ``openai`` SDK at
-1 and at N requests in flight, and each server with each of ``--threads`` torch threads. Greedy completions must
-match across the servers. Writes ``benchmarks/results/serve_throughput.json`` (or ``--out``); it chose
-``ServeSettings.continuous_batching``.
+"""A served student's throughput: ``transformers serve`` with and without continuous batching, and the engine
+server, side by side in one run, answering the same student turns (rendered as the recipe's SFT saw them) through
+the real ``openai`` SDK at 1 and at N requests in flight, and each server with each of ``--threads`` torch threads.
+Greedy completions must match across the servers (free decoding: no grammar is sent). Writes
+``benchmarks/results/serve_throughput.json`` (or ``--out``); it chose ``ServeSettings.continuous_batching``.
 
     python benchmarks/serve_throughput.py --model MODEL_DIR --dataset DATASET_DIR [--turns 64 --in-flight 1 16]
-        [--servers plain continuous_batching] [--threads 1 2] [--out NAME.json]
+        [--servers plain continuous_batching engine] [--threads 1 2] [--out NAME.json]
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ from evoharness.teachers.clients.openai_client import with_reasoning
 from evoharness.training.recipes import DEFAULT_RECIPE, load_recipe
 from evoharness.training.sft import prepare_splits
 
-SERVERS = {"plain": False, "continuous_batching": True}
-"""A server by name: whether it batches continuously."""
+SERVERS: dict[str, dict[str, Any]] = {"plain": {"server": "transformers", "continuous_batching": False},
+                                      "continuous_batching": {"server": "transformers", "continuous_batching": True},
+                                      "engine": {"server": "evoharness"}}
+"""A server by name: its settings."""
 
 
 def play(served: ServedModel, turns: list[list[dict[str, str]]], in_flight: int,
@@ -69,7 +71,7 @@ def main() -> None:
     for server in args.servers:
         for threads in args.threads:
             name = server if threads is None else f"{server}@{threads}threads"
-            settings = ServeSettings(continuous_batching=SERVERS[server], threads=threads)
+            settings = ServeSettings(threads=threads, **SERVERS[server])
             with ServedModel(args.model, settings) as served:
                 runs = []
                 for in_flight in args.in_flight:

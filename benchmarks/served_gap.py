@@ -1,10 +1,18 @@
 """How a served student differs from the same model played locally: the version played greedily on the first
-``--limit`` train games with and without the action constraint (in a copy of the warehouse), beside the episodes
-the served teacher ``--teacher`` stored on the same games; and where each lost game's served trajectory first
-parts from the local unconstrained one (turn, actions, whether the prompts differed).
+``--limit`` games of ``--split``, each arm in its own copy of the warehouse (so none resumes another's episodes):
+
+- ``local_constrained``: in this process, under the action constraint (how a version is evaluated);
+- ``local_unconstrained``: in this process, free decoding;
+- ``transformers_serve``: behind ``transformers serve``, which has no structured outputs (free decoding);
+- ``engine_server``: behind the engine server (``evoharness serve --server evoharness``), the turn grammar sent in
+  vLLM's ``structured_outputs`` field on every turn.
+
+For each served arm: games won, and the games whose whole trajectory (every action) equals the local arm that
+decodes the same way, with the first parting turn of the others. Greedy decisions equal up to floating-point
+summation order are the bar (the engine server decodes with the local engine).
 
     ALFWORLD_DATA=../shared/alfworld python benchmarks/served_gap.py --db WAREHOUSE --model-version V \\
-        --teacher SERVED_TEACHER [--limit 40]
+        [--split train] [--limit 40]
 
 Writes ``benchmarks/results/served_gap.json``.
 """
@@ -14,64 +22,93 @@ from __future__ import annotations
 import argparse
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 import report
 
 from evoharness.evaluation.run import EvaluationConfig, evaluate
+from evoharness.serving import ServedModel, ServeSettings
+from evoharness.teachers.clients.structured import StructuredOutputs
 from warehouse import Warehouse
 
+ARMS = ("local_constrained", "local_unconstrained", "transformers_serve", "engine_server")
+SAME_DECODING = {"transformers_serve": "local_unconstrained", "engine_server": "local_constrained"}
+"""Each served arm and the local arm that decodes as it should."""
 
-def first_parting(wh: Warehouse, local: str, served: str) -> dict[str, Any] | None:
-    """The first turn where the served episode's action or prompt differs from the local one's."""
-    turns = {}
-    for name, episode in (("local", local), ("served", served)):
-        turns[name] = wh.con.execute("SELECT t, action, prompt FROM steps WHERE episode_id = ? ORDER BY t",
-                                     [episode]).fetchall()
-    for (t, action, prompt), (_, served_action, served_prompt) in zip(turns["local"], turns["served"], strict=False):
-        if action != served_action or prompt != served_prompt:
-            return {"turn": t, "local": action, "served": served_action, "prompts_differ": prompt != served_prompt}
-    return None
+
+def trajectories(db: Path, policy: str, split: str) -> dict[str, tuple[bool, list[str]]]:
+    """Per game of ``policy`` on ``split``: whether it was won and its actions in order."""
+    with Warehouse(db, read_only=True) as wh:
+        rows = wh.con.execute(
+            "SELECT e.game_id, e.won, list(s.action ORDER BY s.t) FROM episodes e JOIN steps s USING (episode_id) "
+            "WHERE e.teacher = ? AND e.split = ? AND e.status = 'finished' GROUP BY e.game_id, e.won",
+            [policy, split]).fetchall()
+    return {game: (bool(won), list(actions)) for game, won, actions in rows}
+
+
+def first_parting(local: list[str], served: list[str]) -> dict[str, Any] | None:
+    """The first turn where two trajectories' actions differ (None: the same trajectory)."""
+    for t, (a, b) in enumerate(zip(local, served, strict=False)):
+        if a != b:
+            return {"turn": t, "local": a, "served": b}
+    return None if len(local) == len(served) else {"turn": min(len(local), len(served)), "local": None,
+                                                     "served": None}
+
+
+def play(db: Path, arm: str, model_version: str, model_dir: str, split: str, limit: int) -> tuple[str, float]:
+    """Play ``arm`` into ``db``; the policy its episodes are stored under and the wall seconds it took."""
+    local = arm.startswith("local_")
+    config = EvaluationConfig(model_version=model_version, splits=(split,), limit=limit,
+                              constrain_actions=arm != "local_unconstrained", processes=1 if not local else None)
+    started = time.perf_counter()
+    if local:
+        with Warehouse(db) as wh:
+            result = evaluate(wh, config, f"served-gap-{arm}")
+    else:
+        server = "evoharness" if arm == "engine_server" else "transformers"
+        with ServedModel(model_dir, ServeSettings(server=server)) as served:
+            config = config.model_copy(update={
+                "serve_url": served.base_url, "served_model": served.model,
+                "structured_outputs": StructuredOutputs.VLLM if server == "evoharness" else None})
+            with Warehouse(db) as wh:
+                result = evaluate(wh, config, f"served-gap-{arm}")
+    if result.by_split[split].skipped:
+        raise SystemExit(f"{model_version} already played {split} games in {arm}'s copy: this compares fresh play")
+    return config.policy, round(time.perf_counter() - started, 1)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--db", type=Path, required=True)
     parser.add_argument("--model-version", required=True)
-    parser.add_argument("--teacher", required=True, help="the registered teacher that served this version")
+    parser.add_argument("--split", default="train")
     parser.add_argument("--limit", type=int, default=40)
     args = parser.parse_args()
-    won: dict[str, dict[str, bool]] = {}
-    episode: dict[str, dict[str, str]] = {}
+    with Warehouse(args.db, read_only=True) as wh:
+        model_dir = wh.one("model_version_player", model_version=args.model_version)[0]
+    played: dict[str, dict[str, tuple[bool, list[str]]]] = {}
+    seconds: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for constrained in (True, False):
-            db = Path(shutil.copy(args.db, Path(tmp) / f"{constrained}.duckdb"))  # plays nothing already stored
-            with Warehouse(db) as wh:
-                result = evaluate(wh, EvaluationConfig(model_version=args.model_version, splits=("train",),
-                                                       limit=args.limit, constrain_actions=constrained),
-                                  f"served-gap-{constrained}")
-            if result.by_split["train"].skipped:
-                raise SystemExit(f"{args.model_version} already played train games: this compares fresh play")
-            key = "constrained" if constrained else "unconstrained"
-            records = result.by_split["train"].records
-            won[key] = {r.spec.game.game_id: r.won for r in records}
-            episode[key] = {r.spec.game.game_id: r.spec.episode_id for r in records}
-        with Warehouse(db, read_only=True) as wh:
-            served = {game: (eid, bool(w)) for game, eid, w in wh.con.execute(
-                "SELECT game_id, episode_id, won FROM episodes WHERE teacher = ? AND status = 'finished'",
-                [args.teacher]).fetchall()}
-            games = [g for g in won["constrained"] if g in served]
-            partings = [first_parting(wh, episode["unconstrained"][g], served[g][0]) for g in games
-                        if won["unconstrained"][g] and not served[g][1]]
-    result_row = {"model_version": args.model_version, "teacher": args.teacher, "games": len(games),
-                  "won": {"local_constrained": sum(won["constrained"][g] for g in games),
-                          "local_unconstrained": sum(won["unconstrained"][g] for g in games),
-                          "served": sum(served[g][1] for g in games)},
-                  "lost_only_served": partings}
-    report.write_report(report.RESULTS / "served_gap.json", result_row,
+        for arm in ARMS:
+            db = Path(shutil.copy(args.db, Path(tmp) / f"{arm}.duckdb"))
+            policy, seconds[arm] = play(db, arm, args.model_version, model_dir, args.split, args.limit)
+            played[arm] = trajectories(db, policy, args.split)
+            db.unlink()
+            print(arm, sum(won for won, _ in played[arm].values()), "won", seconds[arm], "s", flush=True)
+    games = sorted(set.intersection(*(set(p) for p in played.values())))
+    served: dict[str, Any] = {}
+    for arm, reference in SAME_DECODING.items():
+        partings = {g: first_parting(played[reference][g][1], played[arm][g][1]) for g in games}
+        served[arm] = {"same_as": reference, "same_trajectory": sum(p is None for p in partings.values()),
+                       "partings": [p | {"game": g} for g, p in partings.items() if p is not None]}
+    row = {"model_version": args.model_version, "split": args.split, "games": len(games),
+           "won": {arm: sum(played[arm][g][0] for g in games) for arm in ARMS}, "wall_seconds": seconds,
+           "served": served}
+    report.write_report(report.RESULTS / "served_gap.json", row,
                         command=report.command_line().replace(str(args.db), "WAREHOUSE"))
-    print(result_row["won"])
+    print(row["won"], {arm: s["same_trajectory"] for arm, s in served.items()})
 
 
 if __name__ == "__main__":

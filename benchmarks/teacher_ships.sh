@@ -5,7 +5,14 @@
 # held-out play of both versions, wall seconds from the instance's event log) and the teacher's own held-out play.
 # Resumable: rerun after a kill.
 #
-#     RUNS=/path/to/runs bash benchmarks/teacher_ships.sh >> teacher_ships.log 2>&1
+#     RUNS=/path/to/runs [SERVER=evoharness|transformers] [TEACHER=NAME] [VERSION=MODEL_VERSION] \
+#         bash benchmarks/teacher_ships.sh >> teacher_ships.log 2>&1
+#
+# SERVER evoharness (the default): the engine server, the teacher registered with --structured-outputs vllm, so its
+# turns decode held to the game's commands as the same student's do locally; transformers: `transformers serve`,
+# which decodes freely (row 3 of recipes.json, teacher `served-student`). TEACHER defaults to `served-grammar` for
+# the first and `served-student` for the second. VERSION: the student served (default: the expert's newest GRPO
+# version; the rows so far served expert-grpo-775dfaa9ee19).
 #
 # RUNS holds recipes/ (warehouse.duckdb, dagster_home, models: the small recipe's run through Dagster, as
 # `benchmarks/recipes.py --via dagster --recipe small` leaves it); where it holds no such student yet, that run comes
@@ -20,7 +27,12 @@ export ALFWORLD_DATA="${ALFWORLD_DATA:-$(cd .. && pwd)/shared/alfworld}" EVOHARN
        EVOHARNESS_TRAIN_LAUNCH="accelerate launch --config_file configs/accelerate/multi_cpu.yaml" \
        PYTHONPATH=$(pwd)
 [ -d "$ALFWORLD_DATA/json_2.1.1" ] || { echo "no json_2.1.1/ under ALFWORLD_DATA=$ALFWORLD_DATA: set ALFWORLD_DATA"; exit 2; }
-TEACHER=served-student PORT=8011
+SERVER=${SERVER:-evoharness} PORT=8011
+case $SERVER in
+  evoharness) TEACHER=${TEACHER:-served-grammar} STRUCTURED="--structured-outputs vllm" ;;
+  transformers) TEACHER=${TEACHER:-served-student} STRUCTURED="" ;;
+  *) echo "SERVER must be evoharness or transformers, not $SERVER"; exit 2 ;;
+esac
 export TEACHER
 mkdir -p $RUNS/recipes
 [ -f "$EVOHARNESS_TEACHERS" ] || cp teachers.yaml "$EVOHARNESS_TEACHERS"
@@ -30,13 +42,15 @@ from warehouse import Warehouse, default_db_path
 with Warehouse(default_db_path(), read_only=True) as wh:
     print(wh.query('newest_model_version', teacher='expert', stage='grpo')[1][0][0])" 2>/dev/null
 }
-if ! VERSION=$(newest_expert_student); then
+if [ -n "${VERSION:-}" ]; then :  # the teacher named by the caller
+elif ! VERSION=$(newest_expert_student); then
   echo "=== $(date -u) no small-recipe student of the expert yet: its recipe run through Dagster first"
   python benchmarks/recipes.py --via dagster --recipe small --teacher expert
   VERSION=$(newest_expert_student)
 fi
 echo "=== $(date -u) serving $VERSION"
-setsid evoharness serve --model-version "$VERSION" --port $PORT --threads 2 > $RUNS/teacher_ships_serve.log 2>&1 &
+setsid evoharness serve --model-version "$VERSION" --port $PORT --server $SERVER --threads 2 \
+    > $RUNS/teacher_ships_serve.log 2>&1 &
 SERVER=$!
 stop_group() {  # `dagster dev` leaves on SIGINT once its children have, and sometimes never: then SIGKILL
   kill -INT -- -"$1" 2>/dev/null || return 0
@@ -52,7 +66,7 @@ with Warehouse(default_db_path(), read_only=True) as wh:
 if ! grep -q "name: $TEACHER" "$EVOHARNESS_TEACHERS"; then
   evoharness teacher add $TEACHER --provider openai_compatible --model "$MODEL" --base-url http://127.0.0.1:$PORT/v1 \
       --price-in 0 --price-out 0 --prompt-template alfworld/bpe_student --bank-version "$BANK" --max-tokens 64 \
-      --max-concurrency 16 --auto-distill --max-spend-usd 1
+      --max-concurrency 16 --auto-distill --max-spend-usd 1 $STRUCTURED
 fi
 # A distill_teacher run killed with an earlier session stays STARTED until the daemon's orphaned_run_sensor marks it
 # failed and starts it again (every stage resumes what is stored): the daemon alone carries the run to its end.

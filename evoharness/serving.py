@@ -1,15 +1,17 @@
-"""Serve a local model folder over an OpenAI-compatible HTTP API: ``transformers serve`` in a child process.
+"""Serve a local model folder over an OpenAI-compatible HTTP API, in a child process: ``transformers serve`` or
+this package's engine server (:mod:`evoharness.engine_server`, which honours structured outputs).
 
-``transformers serve`` is the CPU server (``vllm serve`` is the GPU equivalent, started the same way by hand). It
-needs FastAPI and Uvicorn (``pip install "evoharness[serve]"``). The child listens on a loopback port, the model is
-preloaded and named by its folder path, and every request is answered by it:
+On a GPU, ``vllm serve`` is the equivalent, started the same way by hand. Both CPU servers need FastAPI and Uvicorn,
+the engine server also xgrammar (``pip install "evoharness[serve]"``). The child listens on a loopback port, the
+model is preloaded and named by its folder path, and every request is answered by it:
 
     with ServedModel("models/expert-sft-…/model") as served:
         served.base_url, served.model   # → `evoharness teacher add NAME --provider openai_compatible ...`
 
-The server decodes greedily unless the model's ``generation_config.json`` samples (``do_sample``): a request's
-``temperature`` alone does not turn sampling on. A Qwen3-family model's ``<think>…</think>`` block comes back split
-off, in the message's ``reasoning_content`` field.
+``transformers serve`` decodes greedily unless the model's ``generation_config.json`` samples (``do_sample``): a
+request's ``temperature`` alone does not turn sampling on; a Qwen3-family model's ``<think>…</think>`` block comes
+back split off, in the message's ``reasoning_content`` field. The engine server samples when a request's
+``temperature`` is above 0 and returns the thought in the content, as local play decodes it.
 """
 
 from __future__ import annotations
@@ -26,19 +28,21 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Literal, Self
 
-SERVE_MODULES = ("fastapi", "uvicorn")
-"""What ``transformers serve`` imports beyond transformers itself (its ``serving`` extra)."""
+Server = Literal["evoharness", "transformers"]
+SERVE_MODULES: dict[Server, tuple[str, ...]] = {"transformers": ("fastapi", "uvicorn"),
+                                                "evoharness": ("fastapi", "uvicorn", "xgrammar")}
+"""What each server imports beyond transformers itself."""
 
 
 class ServingError(RuntimeError):
     """The server cannot start or did not come up; the message names the cause and the fix."""
 
 
-def missing_serve_modules() -> list[str]:
-    """The modules ``transformers serve`` needs that are not installed here."""
-    return [name for name in SERVE_MODULES if importlib.util.find_spec(name) is None]
+def missing_serve_modules(server: Server = "evoharness") -> list[str]:
+    """The modules ``server`` needs that are not installed here."""
+    return [name for name in SERVE_MODULES[server] if importlib.util.find_spec(name) is None]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -83,8 +87,11 @@ class ServeSettings:
     flight × their longest context); left to transformers, the cache takes about 90 % of the free memory, on a CPU
     the machine's RAM, and the server is killed when another process needs it; a sized cache answers as fast
     (``docs/results.md``, "A GRPO step's passes and a served student"). ``threads``: the server's torch threads
-    (its ``OMP_NUM_THREADS``); None: this process's setting."""
+    (its ``OMP_NUM_THREADS``); None: this process's setting. ``server``: ``transformers`` (``transformers serve``;
+    ``continuous_batching`` and ``kv_cache_tokens`` are its) or ``evoharness`` (:mod:`evoharness.engine_server`:
+    structured outputs, ``max_batch`` completions decoded together)."""
 
+    server: Server = "evoharness"
     host: str = "127.0.0.1"
     port: int | None = None
     device: str = "cpu"
@@ -93,11 +100,19 @@ class ServeSettings:
     continuous_batching: bool = True
     kv_cache_tokens: int = 65_536
     threads: int | None = None
+    max_batch: int = 16
     extra_args: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def server_name(self) -> str:
+        return "transformers serve" if self.server == "transformers" else "the evoharness engine server"
 
 
 def serve_command(model_dir: str | Path, host: str, port: int, settings: ServeSettings) -> list[str]:
-    """The ``transformers serve`` command line, run by this interpreter (the same environment)."""
+    """The server's command line, run by this interpreter (the same environment)."""
+    if settings.server == "evoharness":
+        return [sys.executable, "-m", "evoharness.engine_server", str(model_dir), "--host", host, "--port", str(port),
+                "--device", settings.device, "--max-batch", str(settings.max_batch), *settings.extra_args]
     return [sys.executable, "-m", "transformers.cli.transformers", "serve", str(model_dir), "--host", host,
             "--port", str(port), "--device", settings.device, "--log-level", "warning",
             *(["--continuous-batching", "--cb-num-blocks", str(-(-settings.kv_cache_tokens // CB_PAGE_TOKENS))]
@@ -111,7 +126,7 @@ def serve_env(settings: ServeSettings) -> dict[str, str]:
 
 
 class ServedModel:
-    """A model folder served by ``transformers serve`` while the context is open (or between start and stop)."""
+    """A model folder served while the context is open (or between start and stop), by ``settings.server``."""
 
     def __init__(self, model_dir: str | Path, settings: ServeSettings | None = None) -> None:
         self.model_dir = Path(model_dir).resolve()
@@ -139,9 +154,9 @@ class ServedModel:
         if not (self.model_dir / "config.json").exists():
             raise ServingError(f"{self.model_dir} holds no model (no config.json): pass a model version's model "
                                "folder (`evoharness models` lists them).")
-        missing = missing_serve_modules()
+        missing = missing_serve_modules(self.settings.server)
         if missing:
-            raise ServingError(f"transformers serve needs {', '.join(missing)}, which is not installed: "
+            raise ServingError(f"{self.settings.server_name} needs {', '.join(missing)}, which is not installed: "
                                "pip install 'evoharness[serve]'")
         if port_in_use(self.settings.host, self.port):  # /health would answer from that server, not ours
             raise ServingError(f"port {self.port} on {self.settings.host} is in use (another server, perhaps one "
@@ -164,8 +179,8 @@ class ServedModel:
         while time.monotonic() < deadline:
             assert self._process is not None
             if self._process.poll() is not None:
-                raise ServingError(f"transformers serve exited with {self._process.returncode} before it answered "
-                                   f"/health: {self._log_tail()}")
+                raise ServingError(f"{self.settings.server_name} exited with {self._process.returncode} before it "
+                                   f"answered /health: {self._log_tail()}")
             try:
                 with urllib.request.urlopen(f"{self.root_url}/health", timeout=2.0) as reply:
                     if reply.status == 200:
@@ -173,7 +188,7 @@ class ServedModel:
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
             time.sleep(0.5)
-        raise ServingError(f"transformers serve did not answer {self.root_url}/health within "
+        raise ServingError(f"{self.settings.server_name} did not answer {self.root_url}/health within "
                            f"{self.settings.startup_timeout_s:.0f}s (log: {self.log_path}); raise "
                            "ServeSettings.startup_timeout_s on a busy machine.")
 

@@ -1,9 +1,11 @@
-"""Students that play: a student overfit on a train game wins it; GRPO on that winnable game scores a non-zero
-``solved`` term and changes the weights; an interrupted SFT run resumes to the same model."""
+"""Students that play: a student overfit on a train game wins it, and plays the same game turn for turn when served
+by the engine server with its turn grammar; GRPO on that winnable game scores a non-zero ``solved`` term and
+changes the weights; an interrupted SFT run resumes to the same model."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,6 +14,8 @@ from pathlib import Path
 
 from evoharness.collection import CollectionConfig
 from evoharness.evaluation.run import EvaluationConfig, evaluate
+from evoharness.serving import ServedModel, ServeSettings
+from evoharness.teachers.clients.structured import StructuredOutputs
 from tests.conftest import tiny_grpo_settings, train_grpo_version
 from warehouse import Warehouse
 
@@ -30,6 +34,39 @@ def test_overfit_student_wins_its_game(overfit: tuple[Path, str, Path]) -> None:
                                 [model_version]).fetchall()
     assert result.by_split["train"].won == 1
     assert played[0][0] and played[0][2] == 0  # won, and no invalid turn (actions are decoded constrained)
+
+
+def test_a_student_served_with_its_grammar_plays_its_game_turn_for_turn(overfit: tuple[Path, str, Path],
+                                                                        tmp_path: Path) -> None:
+    """Over real HTTP (the openai SDK against the engine server), the turn grammar in vLLM's structured_outputs
+    field: the served student takes every action the student played locally takes, under the same policy name."""
+    db, model_version, _ = overfit
+    config = EvaluationConfig(model_version=model_version, splits=("train",), limit=1, max_steps=TRAINED_BUDGET,
+                              max_tokens=64, processes=1)
+    actions = {}
+    for arm in ("local", "served"):
+        copy = Path(shutil.copy(db, tmp_path / f"{arm}.duckdb"))
+        with Warehouse(copy) as wh:
+            wh.con.execute("DELETE FROM steps WHERE episode_id IN (SELECT episode_id FROM episodes WHERE teacher = ?)",
+                           [model_version])  # another test of the module may have played it already
+            wh.con.execute("DELETE FROM episodes WHERE teacher = ?", [model_version])
+            model_dir = wh.one("model_version_player", model_version=model_version)[0]
+        if arm == "served":
+            served = ServedModel(model_dir, ServeSettings(server="evoharness", log_path=tmp_path / "serve.log"))
+            config = config.model_copy(update={"serve_url": served.start().base_url, "served_model": served.model,
+                                               "structured_outputs": StructuredOutputs.VLLM})
+        try:
+            with Warehouse(copy) as wh:
+                result = evaluate(wh, config, f"eval-{arm}")
+                actions[arm] = wh.con.execute(
+                    "SELECT list(action ORDER BY t) FROM steps JOIN episodes USING (episode_id) WHERE teacher = ?",
+                    [model_version]).fetchone()[0]
+        finally:
+            if arm == "served":
+                served.stop()
+        assert result.by_split["train"].won == 1, arm
+    assert config.policy == model_version  # a served version decoding under its grammar is the version itself
+    assert len(actions["local"]) > 3 and actions["served"] == actions["local"]
 
 
 def test_grpo_on_a_winnable_game_scores_and_updates(overfit: tuple[Path, str, Path]) -> None:

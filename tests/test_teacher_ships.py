@@ -1,5 +1,6 @@
-"""A teacher ships, end to end: a trained student served by ``transformers serve`` over HTTP is registered as an
-``openai_compatible`` teacher with ``--auto-distill --max-spend-usd``; the sensor preflights it and requests
+"""A teacher ships, end to end: a trained student served by the engine server (``evoharness serve``'s default) over
+HTTP is registered as an ``openai_compatible`` teacher with ``--structured-outputs vllm --auto-distill
+--max-spend-usd``; the sensor preflights it and requests
 ``distill_teacher``, which collects its train episodes through the real ``openai`` SDK, keeps its successes, trains
 the ``tiny`` recipe (SFT, the curriculum, GRPO), and the new versions' evaluations read beside the teacher in
 ``policy_evaluation`` (slow: a few minutes; it needs the `serve` extra).
@@ -31,7 +32,7 @@ from evoharness.serving import (
 from tests.conftest import OVERFIT_SETTINGS, tiny_sft_settings, write_recipe
 
 needs_serve = pytest.mark.skipif(bool(missing_serve_modules()), reason=(
-    f"transformers serve needs {', '.join(missing_serve_modules())}: pip install -e '.[serve]'"))
+    f"the engine server needs {', '.join(missing_serve_modules())}: pip install -e '.[serve]'"))
 
 TEACHER = "served-student"
 HELD_OUT = {"limit": 1, "max_steps": 6, "max_tokens": 48}
@@ -71,11 +72,13 @@ def test_serving_refuses_a_folder_without_a_model(tmp_path: Path) -> None:
 
 
 def test_serving_batches_requests_in_flight_in_a_sized_cache_unless_told_not_to() -> None:
-    command = serve_command("m", "127.0.0.1", 8000, ServeSettings(kv_cache_tokens=1000))
+    command = serve_command("m", "127.0.0.1", 8000, ServeSettings(server="transformers", kv_cache_tokens=1000))
     assert "--continuous-batching" in command
     assert command[command.index("--cb-num-blocks") + 1] == "4"  # 1,000 tokens in pages of 256, not the free RAM
-    plain = serve_command("m", "127.0.0.1", 8000, ServeSettings(continuous_batching=False))
+    plain = serve_command("m", "127.0.0.1", 8000, ServeSettings(server="transformers", continuous_batching=False))
     assert "--continuous-batching" not in plain and "--cb-num-blocks" not in plain
+    engine = serve_command("m", "127.0.0.1", 8000, ServeSettings(max_batch=8))  # the default server
+    assert engine[1:3] == ["-m", "evoharness.engine_server"] and engine[engine.index("--max-batch") + 1] == "8"
 
 
 def test_the_server_runs_the_threads_it_is_given_else_the_caller_s(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -86,8 +89,8 @@ def test_the_server_runs_the_threads_it_is_given_else_the_caller_s(monkeypatch: 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory, alfworld_data: Path) -> Iterator[ServedModel]:
-    """The overfit student (the ``overfit`` fixture's recipe, plus the preflight answer) behind ``transformers
-    serve`` on a free loopback port."""
+    """The overfit student (the ``overfit`` fixture's recipe, plus the preflight answer) behind the engine server on
+    a free loopback port."""
     from evoharness.collection import CollectionConfig, collect
     from evoharness.consolidation.config import ConsolidationConfig
     from evoharness.consolidation.pipeline import consolidate
@@ -135,7 +138,7 @@ def test_a_served_student_ships_as_a_teacher(served: ServedModel, tmp_path: Path
         "teacher", "add", TEACHER, "--provider", "openai_compatible", "--model", served.model,
         "--base-url", served.base_url, "--price-in", "0", "--price-out", "0", "--max-tokens", "64",
         "--prompt-template", STUDENT_PROMPTS, "--max-concurrency", "2", "--distill-games", "1",
-        "--auto-distill", "--max-spend-usd", "1"])
+        "--auto-distill", "--max-spend-usd", "1", "--structured-outputs", "vllm"])
     assert added.exit_code == 0, added.output
 
     with dg.instance_for_test() as instance:

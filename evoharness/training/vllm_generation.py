@@ -8,6 +8,7 @@ package (``pip install trl[vllm]``); ``benchmarks/vllm_check.py`` checks it wher
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -30,7 +31,7 @@ class VLLMServerGenerator(BatchGenerator):
         return self._client
 
     def run_batch(self, prompts: list[list[int]], sampling: Sampling,
-                  constraints: list[Any] | None = None) -> list[list[int]]:
+                  constraints: Sequence[Any] | None = None) -> list[list[int]]:
         """One batch on the server (action constraints are not applied there: the server samples freely)."""
         out = self.client().generate(prompts=prompts, n=1, temperature=sampling.temperature or 0.0,
                                      top_p=sampling.top_p, max_tokens=sampling.max_new_tokens, logprobs=None)

@@ -15,7 +15,7 @@ Byte-level BPE never merges across the ``>`` of ``<action>`` and a following let
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from evoharness.harness.grammar import META_ACTIONS, ActionKind, parse_turn
 
@@ -28,6 +28,23 @@ MAX_ARGUMENT_CHARS = 80
 """A meta-action's argument (a subgoal, a query, a lesson) past this is closed."""
 ENCODED_CACHE = 100_000
 """Command texts whose token ids a vocabulary keeps (cleared when full)."""
+
+
+class ConstraintWalk(Protocol):
+    """One completion's walk through a constraint, as the continuous decoder drives it."""
+
+    def advance(self, token: int) -> None: ...
+
+    def blocked(self, width: int) -> Any: ...
+
+
+class TokenConstraint(Protocol):
+    """What the decoding engines hold a completion to: this module's :class:`ActionConstraint`, or a request's
+    grammar (:mod:`.grammar_constraint`)."""
+
+    def start(self) -> ConstraintWalk: ...
+
+    def allowed(self, generated: list[int]) -> list[int]: ...
 
 
 @dataclass(frozen=True)

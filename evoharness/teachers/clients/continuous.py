@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from evoharness.teachers.clients.constrained import ActionConstraint, ConstraintState
+from evoharness.teachers.clients.constrained import ConstraintWalk, TokenConstraint
 from evoharness.teachers.clients.fast_decode import DecodeState, Qwen3Runner
 
 if TYPE_CHECKING:
@@ -32,12 +32,12 @@ class Row:
     prompt: list[int]
     sampling: Sampling
     deliver: Delivery
-    constraint: ConstraintState | None = None
+    constraint: ConstraintWalk | None = None
     tokens: list[int] = field(default_factory=list)
 
     @classmethod
     def of(cls, prompt: list[int], sampling: Sampling, deliver: Delivery,
-           constraint: ActionConstraint | None) -> Row:
+           constraint: TokenConstraint | None) -> Row:
         return cls(list(prompt), sampling, deliver, constraint.start() if constraint is not None else None)
 
 

@@ -21,10 +21,11 @@ import atexit
 import threading
 import weakref
 from collections import defaultdict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from evoharness.teachers.clients.constrained import ActionConstraint
+from evoharness.teachers.clients.constrained import TokenConstraint
 
 Engine = Literal["continuous", "batch"]
 IDLE_SECONDS = 2.0
@@ -46,7 +47,7 @@ class Sampling:
 class _Request:
     prompt_ids: list[int]
     future: asyncio.Future[list[int]]
-    constraint: ActionConstraint | None = None
+    constraint: TokenConstraint | None = None
 
 
 @dataclass
@@ -78,7 +79,7 @@ class BatchGenerator:
             and Qwen3Runner.supports(self.model)
 
     async def generate(self, prompt_ids: list[int], sampling: Sampling,
-                       constraint: ActionConstraint | None = None) -> list[int]:
+                       constraint: TokenConstraint | None = None) -> list[int]:
         """The completion of one prompt; ``constraint`` restricts its action to what the game accepts."""
         _check(sampling)
         future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
@@ -124,7 +125,7 @@ class BatchGenerator:
             await asyncio.sleep(0)
 
     # -- continuous engine -----------------------------------------------------------------------------
-    def _enqueue(self, prompt_ids: list[int], sampling: Sampling, constraint: ActionConstraint | None,
+    def _enqueue(self, prompt_ids: list[int], sampling: Sampling, constraint: TokenConstraint | None,
                  future: asyncio.Future[list[int]]) -> None:
         from evoharness.teachers.clients.continuous import Row
 
@@ -185,7 +186,7 @@ class BatchGenerator:
             self._stopping = False
 
     def run_batch(self, prompts: list[list[int]], sampling: Sampling,
-                  constraints: list[ActionConstraint | None] | None = None) -> list[list[int]]:
+                  constraints: Sequence[TokenConstraint | None] | None = None) -> list[list[int]]:
         """The completions of ``prompts`` (without padding, ended by the end-of-turn token if emitted), decoded
         together; a row with a constraint only ever gets the tokens it allows."""
         _check(sampling)
@@ -194,7 +195,7 @@ class BatchGenerator:
         return self._run_padded(prompts, sampling, constraints)
 
     def _run_continuous(self, prompts: list[list[int]], sampling: Sampling,
-                        constraints: list[ActionConstraint | None] | None) -> list[list[int]]:
+                        constraints: Sequence[TokenConstraint | None] | None) -> list[list[int]]:
         import torch
 
         from evoharness.teachers.clients.continuous import Row
@@ -218,7 +219,7 @@ class BatchGenerator:
 
     # -- batch engine (the path before) ---------------------------------------------------------------
     def _run_padded(self, prompts: list[list[int]], sampling: Sampling,
-                    constraints: list[ActionConstraint | None] | None = None) -> list[list[int]]:
+                    constraints: Sequence[TokenConstraint | None] | None = None) -> list[list[int]]:
         """One left-padded ``generate`` over ``prompts``; the completions without padding. A row with a
         constraint only ever gets the tokens it allows."""
         import torch
@@ -259,7 +260,7 @@ def _settle(future: asyncio.Future[list[int]], result: list[int] | BaseException
         future.set_result(result)
 
 
-def _allowed_tokens(constraints: list[ActionConstraint | None] | None, width: int, eos: int,
+def _allowed_tokens(constraints: Sequence[TokenConstraint | None] | None, width: int, eos: int,
                     vocab_size: int) -> Any:
     """``generate``'s ``prefix_allowed_tokens_fn`` for per-row constraints (None: no row is constrained)."""
     if not constraints or all(c is None for c in constraints):

@@ -4,9 +4,10 @@ server's structured-output option, so a student served by vLLM or SGLang decodes
 Both servers compile the grammar with xgrammar (vLLM also accepts its other backends). It is the grammar the local
 trie holds a turn to — ``<think>\n`` one line of thought ``\n</think>\n\n<action>``, then one admissible command or
 a meta-action opener with its free argument up to ``]``, then ``</action>`` — with two differences: free text is held
-to whole UTF-8 characters (the trie lets a lone byte through), and the trie's length limits are left out (it forces
-a close once a thought or an argument is past its limit, however long the last token; the request's max_tokens
-bounds a served turn). So every turn the local constraint allows, the grammar allows (tests/test_structured_outputs).
+to whole UTF-8 characters (the trie lets a lone byte through), and the length limits are in characters, with
+:data:`TOKEN_SLACK_CHARS` to spare (the trie forces a close once a thought or an argument is past its limit, however
+long the last token). So every turn the local constraint allows, the grammar allows (tests/test_structured_outputs),
+and a served thought or argument cannot run on to the request's max_tokens.
 It assumes the server returns the thought in the content (no reasoning parser that splits it off first).
 """
 
@@ -19,10 +20,16 @@ from typing import Any
 from evoharness.harness.grammar import META_ACTIONS
 from evoharness.teachers.clients.constrained import (
     ACTION_CLOSE,
+    MAX_ARGUMENT_CHARS,
+    MAX_THOUGHT_CHARS,
     THINK_OPEN,
     THINK_TO_ACTION,
     ActionSpace,
 )
+
+TOKEN_SLACK_CHARS = 32
+"""How far past the local limits a served thought or argument may run: the trie lets the token that crosses a limit
+through whole, and a student tokenizer's longest piece is 18 characters (the `small` recipe's 1,024 tokens)."""
 
 
 class StructuredOutputs(StrEnum):
@@ -42,9 +49,9 @@ def turn_grammar(space: ActionSpace) -> str:
     actions = [_literal(command) for command in space.commands]
     if space.meta:
         openers = " | ".join(_literal(f"{kind.value} [") for kind in META_ACTIONS)
-        actions.append(f'({openers}) [^<\\n]* "]"')
+        actions.append(f'({openers}) [^<\\n]{{0,{MAX_ARGUMENT_CHARS + TOKEN_SLACK_CHARS}}} "]"')
     return (f"root ::= {_literal(THINK_OPEN)} thought {_literal(THINK_TO_ACTION)} action {_literal(ACTION_CLOSE)}\n"
-            "thought ::= [^<\\n]+\n"
+            f"thought ::= [^<\\n]{{1,{MAX_THOUGHT_CHARS + TOKEN_SLACK_CHARS}}}\n"
             f"action ::= {' | '.join(actions)}\n")
 
 
