@@ -79,6 +79,11 @@ class GRPOSettings(BaseModel):
                        "bf16 units). Rollouts generate with the weights as stored.")
     gradient_checkpointing: bool = Field(default=True, description="Recompute activations in the backward pass "
                                          "(a large base needs it; a student built here does not).")
+    ddp_find_unused_parameters: bool | None = Field(default=None, description=(
+        "Under several processes (DDP): whether every backward pass searches the graph for parameters the forward "
+        "left unused. None: transformers' rule (search unless gradient checkpointing is on). false suits a dense "
+        "model that uses every trainable parameter in every forward (the students built here, Qwen3); a "
+        "mixture-of-experts model needs true."))
     seed: int = 0
     logging_steps: int = Field(default=1, ge=1)
     loss_type: str = Field(default="dapo", description="TRL's loss type (see LOSS_NORMALIZATION for the supported).")
@@ -139,7 +144,7 @@ class GRPOSettings(BaseModel):
         return self
 
     OPERATIONAL: ClassVar[frozenset[str]] = frozenset({"per_device_train_batch_size", "save_steps",
-                                                       "vllm_server_url"})
+                                                       "vllm_server_url", "ddp_find_unused_parameters"})
     """Fields that change how a run executes, not what it trains: not part of a model version's id."""
     ID_OMITTED_WHEN_OFF: ClassVar[frozenset[str]] = frozenset({"avoid_repeats", "games", "games_from",
                                                                "episode_level_loss", "guided_per_group",

@@ -185,7 +185,7 @@ def train_sft(dataset_path: str, output_dir: str | Path, settings: SFTSettings,
         dataloader_pin_memory=torch.cuda.is_available(), padding_free=settings.padding_free,
         train_sampling_strategy="group_by_length" if settings.group_by_length else "random",
         include_num_input_tokens_seen="non_padding", gradient_checkpointing=settings.gradient_checkpointing,
-        torch_compile=settings.torch_compile,
+        torch_compile=settings.torch_compile, ddp_find_unused_parameters=settings.ddp_find_unused_parameters,
     )
     trainer = SFTTrainer(model=model, args=config, train_dataset=train, eval_dataset=validation,
                          processing_class=tokenizer,

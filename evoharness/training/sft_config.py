@@ -52,8 +52,13 @@ class SFTSettings(BaseModel):
     torch_compile: bool = Field(default=False, description="Train the model compiled by torch.compile (the same "
                                 "training). Off: on a 2-core AMX CPU a bare bf16 step ran 1.66x faster compiled, the "
                                 "trainer's 150 steps not at all (1.0x; benchmarks/results/sft_compile.json).")
+    ddp_find_unused_parameters: bool | None = Field(default=None, description=(
+        "Under several processes (DDP): whether every backward pass searches the graph for parameters the forward "
+        "left unused. None: transformers' rule (search unless gradient checkpointing is on). false suits a dense "
+        "model that uses every trainable parameter in every forward (the students built here, Qwen3); a "
+        "mixture-of-experts model needs true."))
 
-    OPERATIONAL: ClassVar[frozenset[str]] = frozenset({"torch_compile"})
+    OPERATIONAL: ClassVar[frozenset[str]] = frozenset({"torch_compile", "ddp_find_unused_parameters"})
     """Fields that change how a run executes, not what it trains: not part of a model version's id."""
 
     def spec(self) -> TinyStudentSpec:
