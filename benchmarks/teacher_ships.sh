@@ -52,12 +52,15 @@ echo "=== $(date -u) serving $VERSION"
 setsid evoharness serve --model-version "$VERSION" --port $PORT --server $SERVER --threads 2 \
     > $RUNS/teacher_ships_serve.log 2>&1 &
 SERVER=$!
-stop_group() {  # `dagster dev` leaves on SIGINT once its children have, and sometimes never: then SIGKILL
-  kill -INT -- -"$1" 2>/dev/null || return 0
+# A process group stopped by signal $2, then SIGKILL after a minute: `dagster dev` leaves on SIGINT once its children
+# have (and sometimes never); `evoharness serve` on SIGTERM, stopping its server child (a job started with & in a
+# script ignores SIGINT, and a SIGKILL'd serve would leave the child listening).
+stop_group() {
+  kill -"$2" -- -"$1" 2>/dev/null || return 0
   for _ in $(seq 60); do kill -0 -- -"$1" 2>/dev/null || return 0; sleep 1; done
   kill -KILL -- -"$1" 2>/dev/null || true
 }
-trap 'stop_group $SERVER; [ -n "${DAEMON:-}" ] && stop_group $DAEMON; true' EXIT
+trap 'stop_group $SERVER TERM; [ -n "${DAEMON:-}" ] && stop_group $DAEMON INT; true' EXIT
 until grep -q "register it" $RUNS/teacher_ships_serve.log; do sleep 5; kill -0 $SERVER; done
 read -r MODEL BANK < <(python -c "
 from warehouse import Warehouse, default_db_path
@@ -115,7 +118,7 @@ with dg.DagsterInstance.get() as instance:
                 break
         time.sleep(60)
 PY
-stop_group $DAEMON; DAEMON=
+stop_group $DAEMON INT; DAEMON=
 echo "=== $(date -u) the row"
 python benchmarks/recipes.py --via dagster --recipe small --teacher $TEACHER
 echo "=== $(date -u) the teacher on the held-out splits, through the server"
