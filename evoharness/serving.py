@@ -87,9 +87,11 @@ class ServeSettings:
     flight × their longest context); left to transformers, the cache takes about 90 % of the free memory, on a CPU
     the machine's RAM, and the server is killed when another process needs it; a sized cache answers as fast
     (``docs/results.md``, "A GRPO step's passes and a served student"). ``threads``: the server's torch threads
-    (its ``OMP_NUM_THREADS``); None: this process's setting. ``server``: ``transformers`` (``transformers serve``;
-    ``continuous_batching`` and ``kv_cache_tokens`` are its) or ``evoharness`` (:mod:`evoharness.engine_server`:
-    structured outputs, ``max_batch`` completions decoded together)."""
+    (its ``OMP_NUM_THREADS``); None: this process's setting. ``server``: ``evoharness`` (:mod:`evoharness.engine_server`,
+    ``max_batch`` completions decoded together) or ``transformers`` (``transformers serve``; ``continuous_batching``
+    and ``kv_cache_tokens`` are its). The engine server is the default: given the turn grammar it played 40 of 40
+    train games action for action as the same student locally, and ``transformers serve``, which ignores the
+    grammar, as the student unconstrained (``benchmarks/results/served_gap.json``)."""
 
     server: Server = "evoharness"
     host: str = "127.0.0.1"
