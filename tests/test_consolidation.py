@@ -148,3 +148,23 @@ def test_collection_recalls_from_an_evolved_bank_version(consolidated: Path) -> 
     assert result.written == 2 and banks == [(f"alfworld-seed@v{latest}",)]
     assert seed_banks == [("alfworld-seed@v0",)]
     assert own_banks == [(f"alfworld-seed@v{latest}",)] and stored == latest
+
+
+def test_progress_validity_gates_on_won_episodes_and_reports_all(warehouse) -> None:
+    """A teacher's false claims in a game it lost are its play, not the consolidator's error: the gate's
+    progress_validity counts the won episodes (those a success-filtered dataset can hold), progress_validity_all
+    every episode."""
+    con = warehouse.con
+    for episode, won in (("won-1", True), ("lost-1", False)):
+        con.execute("INSERT INTO consolidated_episodes (episode_id, consolidator, consolidation_run_id, teacher, "
+                    "source_mode, game_id, split, task_type, won, status, attempts, n_source_turns, n_env_steps, "
+                    "n_examples, n_meta, bank_id, bank_version, engine, created_at, code_version) VALUES "
+                    "(?, 'rule', 'r', 't', 'bpe', ?, 'train', 'pick', ?, 'ok', 1, 4, 4, 4, 1, 'b', 1, 'fast', "
+                    "now(), 'c')", [episode, episode, won])
+    checks = [("won-1", 1, True), ("won-1", 2, True), ("lost-1", 1, False), ("lost-1", 2, True)]
+    con.executemany("INSERT INTO progress_checks VALUES (?, 'rule', ?, 'put apple 1 in table', 'put', ?, '')", checks)
+    validity = con.execute("SELECT progress_validity, progress_validity_all FROM audit_progress WHERE teacher = 't'"
+                           ).fetchone()
+    gate = quality_gate(warehouse, "t", "rule", QualityThresholds())
+    assert validity == (1.0, 0.75)
+    assert gate.metrics["progress_validity"] == 1.0 and not any("progress" in f for f in gate.failures)
