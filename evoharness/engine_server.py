@@ -111,10 +111,8 @@ class EngineServer:
 
 def create_app(server: EngineServer) -> Any:
     """The FastAPI app: ``/health``, ``/v1/models`` and ``/v1/chat/completions`` over ``server``."""
-    from fastapi import (  # the handlers' annotations are evaluated: no `from __future__ import`
-        FastAPI,
-        Request,
-    )
+    # FastAPI reads the handlers' annotations at run time: this module has no `from __future__ import annotations`
+    from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
 
     app = FastAPI(title="evoharness engine server")
