@@ -81,9 +81,10 @@ class GRPOSettings(BaseModel):
                                          "(a large base needs it; a student built here does not).")
     ddp_find_unused_parameters: bool | None = Field(default=None, description=(
         "Under several processes (DDP): whether every backward pass searches the graph for parameters the forward "
-        "left unused. None: transformers' rule (search unless gradient checkpointing is on). false suits a dense "
-        "model that uses every trainable parameter in every forward (the students built here, Qwen3); a "
-        "mixture-of-experts model needs true."))
+        "left unused. None: transformers' rule (search unless gradient checkpointing is on). false is allowed for a "
+        "dense model (every trainable parameter used in every forward) but measured no faster: SFT of the small "
+        "student in two processes ran at 0.92x the tokens/s without the search (benchmarks/results/"
+        "ddp_unused.json); a mixture-of-experts model needs the search."))
     seed: int = 0
     logging_steps: int = Field(default=1, ge=1)
     loss_type: str = Field(default="dapo", description="TRL's loss type (see LOSS_NORMALIZATION for the supported).")

@@ -54,9 +54,10 @@ class SFTSettings(BaseModel):
                                 "trainer's 150 steps not at all (1.0x; benchmarks/results/sft_compile.json).")
     ddp_find_unused_parameters: bool | None = Field(default=None, description=(
         "Under several processes (DDP): whether every backward pass searches the graph for parameters the forward "
-        "left unused. None: transformers' rule (search unless gradient checkpointing is on). false suits a dense "
-        "model that uses every trainable parameter in every forward (the students built here, Qwen3); a "
-        "mixture-of-experts model needs true."))
+        "left unused. None: transformers' rule (search unless gradient checkpointing is on). false is allowed for a "
+        "dense model (every trainable parameter used in every forward) but measured no faster: SFT of the small "
+        "student in two processes ran at 0.92x the tokens/s without the search (benchmarks/results/"
+        "ddp_unused.json); a mixture-of-experts model needs the search."))
 
     OPERATIONAL: ClassVar[frozenset[str]] = frozenset({"torch_compile", "ddp_find_unused_parameters"})
     """Fields that change how a run executes, not what it trains: not part of a model version's id."""
