@@ -10,7 +10,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from evoharness.training.reward import RewardConfig
-from evoharness.training.trainer_utils import LoraSettings
+from evoharness.training.trainer_utils import DDP_FIND_UNUSED_HELP, LoraSettings
 
 LOSS_NORMALIZATION = {"dapo": "tokens", "cispo": "tokens", "vespo": "tokens", "bnpo": "chunk_tokens",
                       "grpo": "sequences", "sapo": "sequences", "luspo": "sequences", "dr_grpo": "sequences"}
@@ -79,12 +79,7 @@ class GRPOSettings(BaseModel):
                        "bf16 units). Rollouts generate with the weights as stored.")
     gradient_checkpointing: bool = Field(default=True, description="Recompute activations in the backward pass "
                                          "(a large base needs it; a student built here does not).")
-    ddp_find_unused_parameters: bool | None = Field(default=None, description=(
-        "Under several processes (DDP): whether every backward pass searches the graph for parameters the forward "
-        "left unused. None: transformers' rule (search unless gradient checkpointing is on). false is allowed for a "
-        "dense model (every trainable parameter used in every forward) but measured no faster: SFT of the small "
-        "student in two processes ran at 0.92x the tokens/s without the search (benchmarks/results/"
-        "ddp_unused.json); a mixture-of-experts model needs the search."))
+    ddp_find_unused_parameters: bool | None = Field(default=None, description=DDP_FIND_UNUSED_HELP)
     seed: int = 0
     logging_steps: int = Field(default=1, ge=1)
     loss_type: str = Field(default="dapo", description="TRL's loss type (see LOSS_NORMALIZATION for the supported).")

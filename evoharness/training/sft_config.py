@@ -8,7 +8,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, Field
 
 from evoharness.training.tiny_student import STUDENT_PRESETS, TinyStudentSpec
-from evoharness.training.trainer_utils import LoraSettings
+from evoharness.training.trainer_utils import DDP_FIND_UNUSED_HELP, LoraSettings
 
 STUDENT_PROMPT_SETS = {"bpe": "alfworld/bpe_student", "react": "alfworld/react_compact"}
 """The prompt set a student built here is trained and played with, per view."""
@@ -52,12 +52,7 @@ class SFTSettings(BaseModel):
     torch_compile: bool = Field(default=False, description="Train the model compiled by torch.compile (the same "
                                 "training). Off: on a 2-core AMX CPU a bare bf16 step ran 1.66x faster compiled, the "
                                 "trainer's 150 steps not at all (1.0x; benchmarks/results/sft_compile.json).")
-    ddp_find_unused_parameters: bool | None = Field(default=None, description=(
-        "Under several processes (DDP): whether every backward pass searches the graph for parameters the forward "
-        "left unused. None: transformers' rule (search unless gradient checkpointing is on). false is allowed for a "
-        "dense model (every trainable parameter used in every forward) but measured no faster: SFT of the small "
-        "student in two processes ran at 0.92x the tokens/s without the search (benchmarks/results/"
-        "ddp_unused.json); a mixture-of-experts model needs the search."))
+    ddp_find_unused_parameters: bool | None = Field(default=None, description=DDP_FIND_UNUSED_HELP)
 
     OPERATIONAL: ClassVar[frozenset[str]] = frozenset({"torch_compile", "ddp_find_unused_parameters"})
     """Fields that change how a run executes, not what it trains: not part of a model version's id."""

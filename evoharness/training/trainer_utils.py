@@ -16,6 +16,15 @@ LogCallback = Callable[[dict[str, float], int, int], None]
 """Called with (logged metrics, global step, max steps) at every Trainer log."""
 
 
+DDP_FIND_UNUSED_HELP = (
+    "Under several processes (DDP): whether every backward pass searches the graph for parameters the forward left "
+    "unused. None: transformers' rule (search unless gradient checkpointing is on). false is allowed for a dense "
+    "model (every trainable parameter used in every forward) but measured no faster: SFT of the small student in two "
+    "processes ran at 0.92x the tokens/s without the search (benchmarks/results/ddp_unused.json); a "
+    "mixture-of-experts model needs the search.")
+"""The SFT and GRPO settings' ``ddp_find_unused_parameters`` description (one text for both)."""
+
+
 class LoraSettings(BaseModel):
     """LoRA adapters (merged into the saved model after training)."""
 
