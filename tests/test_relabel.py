@@ -10,7 +10,7 @@ import pytest
 from evoharness.curation.build import DatasetResult
 from evoharness.curation.relabelled import LABEL_CONSOLIDATOR, curate_relabelled
 from evoharness.harness.grammar import ActionKind, parse_turn
-from evoharness.training.model_versions import continued_sft_settings
+from evoharness.training.model_versions import continued_sft_settings, teacher_datasets
 from evoharness.training.relabel import RelabelConfig, collect_expert_labels, relabel_policy_name
 from tests.conftest import train_sft_version
 from warehouse import Warehouse
@@ -68,7 +68,9 @@ def test_relabelled_dataset_is_the_base_plus_the_labelled_states(relabelled: tup
         wh.con.execute("UPDATE episodes SET run_id = replace(run_id, '-resumed', '') WHERE episode_id = ?",
                        [first])
         collected = collect_expert_labels(wh, RelabelConfig(model_version=model_version, **RELABEL), "again")
+        teachers_own = teacher_datasets(wh, "expert")  # what `evoharness sft --teacher expert` chooses from
     assert labelled > 0 and result.n_train == base_train + labelled
+    assert teachers_own[0] == base_id and result.dataset_id not in teachers_own  # a DAgger dataset is not the SFT's
     assert config == base_id
     on_disk = datasets.load_from_disk(result.path)["train"]
     assert sorted(set(on_disk["consolidator"])) == [LABEL_CONSOLIDATOR, "rule"]
