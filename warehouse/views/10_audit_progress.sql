@@ -1,8 +1,7 @@
 -- Progress audit per teacher and consolidator: subgoals closed by a commit and the share true in the engine.
 -- progress_validity counts the won episodes, the ones a success-filtered dataset can hold: a teacher's false claims
--- in games it lost are its play, not the consolidator's error (a served student teacher: 99.7 % of its won
--- episodes' subgoals true, 89.8 % of its lost ones'; notebook 2026-12-06). progress_validity_all counts every
--- episode; curation drops any single episode below CurationConfig.min_progress_validity either way.
+-- in games it lost are its play, not the consolidator's error (docs/audit.md, Progress validity).
+-- progress_validity_all counts every episode; curation drops any single episode below CurationConfig.min_progress_validity either way.
 CREATE OR REPLACE VIEW audit_progress AS
 SELECT
     ce.teacher,

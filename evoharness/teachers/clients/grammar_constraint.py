@@ -15,9 +15,9 @@ import torch
 
 BITS = torch.arange(32, dtype=torch.int32)
 GRAMMAR_CACHE_BYTES = 128 * 2**20
-"""The compiled grammars a server keeps: a turn grammar compiles to about 1.4 MB over a 1,024-token vocabulary in
-about 12 ms, and nearly every turn's command list is new, so an unbounded cache grew a served teacher by about
-1 GB per thousand turns (docs/notebook/2026-12-06.md, fourth session)."""
+"""The compiled grammars a server keeps. Nearly every turn's command list is new and each compiled turn grammar
+is large, so an unbounded cache grows a served teacher's memory without limit (measured in the lab notebook's
+walk-through behind the engine server, docs/notebook/)."""
 
 
 class GrammarError(ValueError):
