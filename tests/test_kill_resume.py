@@ -73,6 +73,7 @@ VOLATILE: dict[str, str] = {
     "finished_at": "a timestamp",
     "updated_at": "a timestamp",
     "applied_at": "a timestamp",
+    "claimed_at": "a timestamp",
     "seconds": "a duration",
     "latency_ms": "a duration",
     "code_version": "the working tree's hash, which other work may change between two runs",
