@@ -18,7 +18,8 @@ Stages, each an ``evoharness`` command run in order (printed, and recorded with 
   with a ``--set`` variant other than seeds: variants are screens, decided on ``dev``);
 - ``results``: benchmarks/results/students.json: one row per version (recipe, seed, command chain with launcher and
   environment, code version, precision and the CPU flags that chose it, success per split played, paired McNemar
-  against the parent) and one claim per recipe stage over its seeds (mean, min–max, seeds significant).
+  against the parent) and one claim per recipe stage over its seeds (mean, min–max, seeds significant); the claim
+  of an earlier version of the recipe file stays, under ``<configuration> @<its sha256[:8]>``.
 
 ``--set`` overrides recipe values for every stage (a variant, recorded on its versions); ``--launch`` trains SFT and
 GRPO under a launcher (two CPU processes: ``ACCELERATE_USE_CPU=true`` and ``--launch "accelerate launch
@@ -211,6 +212,19 @@ def parent_rate(rows: list[dict[str, Any]], row: dict[str, Any], split: str) -> 
     return parent[split]["success"] if parent and parent.get(split) else None
 
 
+def superseded_claim(earlier: dict[str, Any], recipe: Recipe, overrides: list[str]) -> dict[str, Any]:
+    """The earlier claim of this configuration, kept under ``<configuration> @<sha256[:8]>`` when its versions came
+    from another version of the recipe file (editing a recipe never erases what its earlier version measured);
+    empty when there is none or it was this version's."""
+    configuration = f"{recipe.name} {' '.join(overrides)}".strip()
+    claim = earlier.get("claims", {}).get(configuration)
+    shas = sorted({r["recipe_sha256"] for r in earlier.get("runs", []) if r["recipe"] == recipe.name
+                   and variant_overrides(r["recipe_overrides"]) == variant_overrides(overrides)})
+    if not claim or not shas or recipe.sha256 in shas:
+        return {}
+    return {f"{configuration} @{'+'.join(sha[:8] for sha in shas)}": claim}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     stages = ["data", "sft", "dagger", "grpo", "dev", "final", "results"]
@@ -272,8 +286,8 @@ def main() -> None:
         configuration = f"{recipe.name} {' '.join(args.overrides)}".strip()
         curves = seed_curves(configuration, [row for row in versions if row["model_version"] in chains])
         report.write_report(RESULTS, {"command": "python benchmarks/students.py --recipe NAME [--set ...]",
-                                      "runs": every, "claims": earlier.get("claims", {}) | {
-                                          configuration: claims(rows)},
+                                      "runs": every, "claims": earlier.get("claims", {}) | superseded_claim(
+                                          earlier, recipe, args.overrides) | {configuration: claims(rows)},
                                       "curves": earlier.get("curves", {}) | ({configuration: curves} if curves else {})})
         print(f"wrote {RESULTS}")
 

@@ -96,6 +96,17 @@ def test_a_row_reports_held_out_play_only_of_a_recipe_as_shipped(students: Modul
     assert final["command"][-1].endswith("--split valid_seen --split valid_unseen")
 
 
+def test_a_recipe_files_earlier_claim_is_kept_when_the_file_changes(students: ModuleType) -> None:
+    recipe = load_recipe("small")
+    earlier = {"claims": {"small": [{"stage": "grpo", "split": "dev", "mean": 0.7}], "small grpo.beta=0": []},
+               "runs": [{"recipe": "small", "recipe_sha256": "a" * 64, "recipe_overrides": ["grpo.seed=1"]},
+                        {"recipe": "small", "recipe_sha256": "b" * 64, "recipe_overrides": ["grpo.beta=0"]}]}
+    assert students.superseded_claim(earlier, recipe, []) == {"small @aaaaaaaa": earlier["claims"]["small"]}
+    assert students.superseded_claim(earlier, recipe, ["grpo.beta=0"]) == {}  # no claim's numbers to keep
+    earlier["runs"][0]["recipe_sha256"] = recipe.sha256  # the claim is this file's own: the new one replaces it
+    assert students.superseded_claim(earlier, recipe, []) == {}
+
+
 def test_a_variant_cannot_be_played_on_the_held_out_splits(students: ModuleType,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("sys.argv", ["students.py", "--set", "grpo.beta=0", "--stages", "final"])
