@@ -34,9 +34,11 @@ import json
 import os
 import re
 import shlex
+import shutil
 import statistics
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import report
@@ -201,10 +203,14 @@ def seed_curves(configuration: str, versions: list[dict[str, Any]]) -> str | Non
                  for row in versions if row["stage"] == "grpo"}
     if not histories:
         return None
-    path = CURVES / f"{re.sub(r'[^A-Za-z0-9_.=-]+', '_', configuration)}.png"
+    path = curve_path(configuration)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(grpo_seeds_png(configuration, histories))
     return str(path.relative_to(report.RESULTS))
+
+
+def curve_path(configuration: str) -> Path:
+    return CURVES / f"{re.sub(r'[^A-Za-z0-9_.=-]+', '_', configuration)}.png"
 
 
 def parent_rate(rows: list[dict[str, Any]], row: dict[str, Any], split: str) -> float | None:
@@ -212,17 +218,16 @@ def parent_rate(rows: list[dict[str, Any]], row: dict[str, Any], split: str) -> 
     return parent[split]["success"] if parent and parent.get(split) else None
 
 
-def superseded_claim(earlier: dict[str, Any], recipe: Recipe, overrides: list[str]) -> dict[str, Any]:
-    """The earlier claim of this configuration, kept under ``<configuration> @<sha256[:8]>`` when its versions came
-    from another version of the recipe file (editing a recipe never erases what its earlier version measured);
-    empty when there is none or it was this version's."""
+def superseded_key(earlier: dict[str, Any], recipe: Recipe, overrides: list[str]) -> str | None:
+    """Where the earlier claim (and curves) of this configuration move when its versions came from another version
+    of the recipe file: ``<configuration> @<sha256[:8]>`` (editing a recipe never erases what its earlier version
+    measured); None when there is no earlier claim or it was this version's."""
     configuration = f"{recipe.name} {' '.join(overrides)}".strip()
-    claim = earlier.get("claims", {}).get(configuration)
     shas = sorted({r["recipe_sha256"] for r in earlier.get("runs", []) if r["recipe"] == recipe.name
                    and variant_overrides(r["recipe_overrides"]) == variant_overrides(overrides)})
-    if not claim or not shas or recipe.sha256 in shas:
-        return {}
-    return {f"{configuration} @{'+'.join(sha[:8] for sha in shas)}": claim}
+    if configuration not in earlier.get("claims", {}) or not shas or recipe.sha256 in shas:
+        return None
+    return f"{configuration} @{'+'.join(sha[:8] for sha in shas)}"
 
 
 def main() -> None:
@@ -284,11 +289,16 @@ def main() -> None:
         kept = [r for r in earlier.get("runs", []) if r["model_version"] not in chains]
         every = [*kept, *rows]
         configuration = f"{recipe.name} {' '.join(args.overrides)}".strip()
+        kept_claims, kept_curves = dict(earlier.get("claims", {})), dict(earlier.get("curves", {}))
+        if superseded := superseded_key(earlier, recipe, args.overrides):
+            kept_claims[superseded] = kept_claims[configuration]
+            if configuration in kept_curves:  # the earlier file's PNG, before this configuration's replaces it
+                shutil.copyfile(report.RESULTS / kept_curves[configuration], curve_path(superseded))
+                kept_curves[superseded] = str(curve_path(superseded).relative_to(report.RESULTS))
         curves = seed_curves(configuration, [row for row in versions if row["model_version"] in chains])
         report.write_report(RESULTS, {"command": "python benchmarks/students.py --recipe NAME [--set ...]",
-                                      "runs": every, "claims": earlier.get("claims", {}) | superseded_claim(
-                                          earlier, recipe, args.overrides) | {configuration: claims(rows)},
-                                      "curves": earlier.get("curves", {}) | ({configuration: curves} if curves else {})})
+                                      "runs": every, "claims": kept_claims | {configuration: claims(rows)},
+                                      "curves": kept_curves | ({configuration: curves} if curves else {})})
         print(f"wrote {RESULTS}")
 
 

@@ -101,10 +101,11 @@ def test_a_recipe_files_earlier_claim_is_kept_when_the_file_changes(students: Mo
     earlier = {"claims": {"small": [{"stage": "grpo", "split": "dev", "mean": 0.7}], "small grpo.beta=0": []},
                "runs": [{"recipe": "small", "recipe_sha256": "a" * 64, "recipe_overrides": ["grpo.seed=1"]},
                         {"recipe": "small", "recipe_sha256": "b" * 64, "recipe_overrides": ["grpo.beta=0"]}]}
-    assert students.superseded_claim(earlier, recipe, []) == {"small @aaaaaaaa": earlier["claims"]["small"]}
-    assert students.superseded_claim(earlier, recipe, ["grpo.beta=0"]) == {}  # no claim's numbers to keep
+    assert students.superseded_key(earlier, recipe, []) == "small @aaaaaaaa"
+    assert students.superseded_key(earlier, recipe, ["grpo.beta=0"]) == "small grpo.beta=0 @bbbbbbbb"
+    assert students.superseded_key(earlier, recipe, ["grpo.beta=0.1"]) is None  # no earlier claim
     earlier["runs"][0]["recipe_sha256"] = recipe.sha256  # the claim is this file's own: the new one replaces it
-    assert students.superseded_claim(earlier, recipe, []) == {}
+    assert students.superseded_key(earlier, recipe, []) is None
 
 
 def test_a_variant_cannot_be_played_on_the_held_out_splits(students: ModuleType,
