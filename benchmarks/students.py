@@ -218,11 +218,16 @@ def parent_rate(rows: list[dict[str, Any]], row: dict[str, Any], split: str) -> 
     return parent[split]["success"] if parent and parent.get(split) else None
 
 
+def configuration_name(recipe: Recipe, overrides: list[str]) -> str:
+    """A configuration's key in the results file: the recipe's name and the overrides (``small grpo.beta=0``)."""
+    return f"{recipe.name} {' '.join(overrides)}".strip()
+
+
 def superseded_key(earlier: dict[str, Any], recipe: Recipe, overrides: list[str]) -> str | None:
     """Where the earlier claim (and curves) of this configuration move when its versions came from another version
     of the recipe file: ``<configuration> @<sha256[:8]>`` (editing a recipe never erases what its earlier version
     measured); None when there is no earlier claim or it was this version's."""
-    configuration = f"{recipe.name} {' '.join(overrides)}".strip()
+    configuration = configuration_name(recipe, overrides)
     shas = sorted({r["recipe_sha256"] for r in earlier.get("runs", []) if r["recipe"] == recipe.name
                    and variant_overrides(r["recipe_overrides"]) == variant_overrides(overrides)})
     if configuration not in earlier.get("claims", {}) or not shas or recipe.sha256 in shas:
@@ -288,7 +293,7 @@ def main() -> None:
         earlier = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
         kept = [r for r in earlier.get("runs", []) if r["model_version"] not in chains]
         every = [*kept, *rows]
-        configuration = f"{recipe.name} {' '.join(args.overrides)}".strip()
+        configuration = configuration_name(recipe, args.overrides)
         kept_claims, kept_curves = dict(earlier.get("claims", {})), dict(earlier.get("curves", {}))
         if superseded := superseded_key(earlier, recipe, args.overrides):
             kept_claims[superseded] = kept_claims[configuration]
