@@ -12,7 +12,7 @@ from evoharness.consolidation.config import QualityThresholds
 from evoharness.curation.build import curate
 from evoharness.curation.config import CurationConfig
 from evoharness.reporting.charts import bar_chart_png, markdown_image, markdown_table
-from evoharness.stage_config import defaults
+from evoharness.stage_config import defaults, description
 from pipelines.partitions import teacher_partitions
 from pipelines.resources import WarehouseResource
 
@@ -29,8 +29,8 @@ class CurationRunConfig(dg.Config):
                                   "estimate).")
     validation_fraction: float = Field(default=DEFAULTS["validation_fraction"], description="Share of games held "
                                        "out, by game.")
-    balance_factor: float = Field(default=DEFAULTS["balance_factor"], description="Cap per task type: factor × "
-                                  "rarest type count.")
+    balance_factor: float = Field(default=DEFAULTS["balance_factor"],
+                                  description=description(CurationConfig, "balance_factor"))
     output_dir: str | None = Field(default=DEFAULTS["output_dir"], description="None: <warehouse folder>/datasets.")
 
 

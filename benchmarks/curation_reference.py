@@ -99,10 +99,10 @@ def select_episodes(candidates: list[Candidate], config: CurationConfig) -> Sele
         if c.action_sig:
             signatures.add(c.action_sig)
         unique.append(c)
-    counts = Counter(c.task_type for c in unique)
+    played = Counter(c.task_type for c in candidates if c.catalog_split == "train" and c.split == "train")
     cap = config.max_per_task_type
-    if cap is None and counts:
-        cap = math.ceil(config.balance_factor * min(counts.values()))
+    if cap is None and unique:
+        cap = math.ceil(config.balance_factor * min(played.values()))
     taken: Counter[str] = Counter()
     for c in sorted(unique, key=lambda c: _stable(c.episode_id)):
         if cap is not None and taken[c.task_type] >= cap:

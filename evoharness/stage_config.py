@@ -30,3 +30,8 @@ def _plain(value: Any) -> Any:
     if isinstance(value, tuple):
         return list(value)
     return value
+
+
+def description(config_class: type[BaseModel], name: str) -> str:
+    """A pydantic config field's description, for the help text of the option or Dagster field that sets it."""
+    return config_class.model_fields[name].description or ""

@@ -16,7 +16,7 @@ from evoharness.curation.backfill import BackfillError, backfill_dataset_example
 from evoharness.curation.build import curate
 from evoharness.curation.config import CurationConfig
 from evoharness.lineage import new_run_id
-from evoharness.stage_config import defaults
+from evoharness.stage_config import defaults, description
 from evoharness_cli.cli_common import DbOption, console, fail, print_table, quiet_third_party
 from warehouse import Warehouse, default_db_path
 
@@ -119,7 +119,7 @@ def curate_command(
                          ] = CURATE["tokenizer"],
     validation_fraction: Annotated[float, typer.Option(help="Share of games held out, by game.")
                                    ] = CURATE["validation_fraction"],
-    balance_factor: Annotated[float, typer.Option(help="Cap per task type: factor × the rarest type's count.")
+    balance_factor: Annotated[float, typer.Option(help=description(CurationConfig, "balance_factor"))
                               ] = CURATE["balance_factor"],
     output_dir: Annotated[str | None, typer.Option(help="Where datasets are saved.")] = CURATE["output_dir"],
     force: Annotated[bool, typer.Option(help="Curate even when the quality gate fails.")] = False,

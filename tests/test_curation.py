@@ -206,3 +206,40 @@ def test_lineage_of_a_dataset_curated_before_dataset_examples_is_backfilled_from
         with pytest.raises(BackfillError, match="no longer in bpe_examples"):
             backfill_dataset_examples(wh, dataset_id)
         assert wh.scalar("SELECT count(*) FROM dataset_examples") == 0  # nothing half-written
+
+
+def _candidates(played: dict[str, int], won: dict[str, int]) -> list:
+    """Synthetic train episodes, each its own game with distinct commands: ``played`` per task type, the first
+    ``won`` of them won."""
+    from benchmarks.curation_reference import Candidate
+
+    return [Candidate(episode_id=f"{kind}-{i}", game_id=f"train/{kind}-{i}", catalog_split="train", split="train",
+                      task_type=kind, teacher="t", won=i < won[kind], source_mode="bpe", action_sig=f"{kind}-{i}",
+                      n_examples=3, consolidation_run_id="c", belief_precision=1.0, belief_recall=1.0,
+                      progress_validity=1.0, parse_validity=1.0, commands=[f"go to {kind} {i}", f"take {i}"],
+                      stable_key=f"{kind}-{i}")
+            for kind, n in played.items() for i in range(n)]
+
+
+@pytest.mark.parametrize(("played", "won", "kept"), [
+    # a balanced game mix: a type the teacher plays badly does not cut the others (cap 1.5 × 10 played)
+    ({"a": 10, "b": 10, "c": 10}, {"a": 2, "b": 10, "c": 9}, {"a": 2, "b": 10, "c": 9}),
+    # a skewed game mix is balanced: c played 40 times is cut to 1.5 × 10
+    ({"a": 10, "b": 10, "c": 40}, {"a": 10, "b": 10, "c": 40}, {"a": 10, "b": 10, "c": 15}),
+])
+def test_the_task_type_cap_follows_the_games_played_not_won(played: dict[str, int], won: dict[str, int],
+                                                             kept: dict[str, int]) -> None:
+    from collections import Counter
+    from dataclasses import asdict
+
+    import polars as pl
+
+    from benchmarks.curation_reference import select_episodes
+    from evoharness.curation.select import select_columnar
+
+    candidates = _candidates(played, won)
+    reference = select_episodes(candidates, CurationConfig())
+    columnar = select_columnar(pl.DataFrame([asdict(c) for c in candidates]), CurationConfig())
+    assert Counter(c.task_type for c in reference.chosen) == kept
+    assert Counter(columnar.chosen["task_type"].to_list()) == kept
+    assert reference.dropped == columnar.dropped

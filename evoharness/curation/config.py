@@ -17,7 +17,8 @@ class CurationConfig(BaseModel):
     min_progress_validity: float = 0.99
     min_parse_validity: float = 1.0
     near_duplicate_jaccard: float = Field(default=0.9, description="Command-bigram Jaccard at or above: duplicate.")
-    balance_factor: float = Field(default=1.5, description="Cap per task type: factor × the rarest type's count.")
+    balance_factor: float = Field(default=1.5, description=(
+        "Cap per task type: factor × the train episodes of the type the teacher played least (won or not)."))
     max_per_task_type: int | None = Field(default=None, description="Explicit cap (overrides balance_factor).")
     max_tokens: int = Field(default=4096, description="Examples longer than this (prompt + target) are dropped.")
     tokenizer: str | None = Field(default=None, description="HF tokenizer path; None: bytes/4 estimate.")

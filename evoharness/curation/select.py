@@ -18,6 +18,7 @@ from evoharness.curation.config import CurationConfig
 from evoharness.curation.minhash import near_duplicates
 
 REASON = "reason"
+NOT_TRAIN = "not a train-split game"
 
 
 @dataclass
@@ -34,7 +35,7 @@ def _below(column: str, minimum: float) -> pl.Expr:
 def _filter_reason(config: CurationConfig) -> pl.Expr:
     return (
         pl.when((pl.col("catalog_split") != "train").fill_null(True) | (pl.col("split") != "train"))
-        .then(pl.lit("not a train-split game"))
+        .then(pl.lit(NOT_TRAIN))
         .when(pl.lit(config.require_success) & ~pl.col("won"))
         .then(pl.lit("not successful"))
         .when(_below("belief_precision", config.min_belief_precision)
@@ -49,7 +50,9 @@ def _filter_reason(config: CurationConfig) -> pl.Expr:
 
 
 def select_columnar(candidates: pl.DataFrame, config: CurationConfig) -> ColumnarSelection:
-    """Filters, exact and near duplicates, then the task-type cap (by a stable hash of the episode id)."""
+    """Filters, exact and near duplicates, then the task-type cap (by a stable hash of the episode id): each type
+    keeps at most ``balance_factor`` × the train episodes of the type the teacher played least, so a type it plays
+    badly does not cut the won episodes of the others."""
     dropped: Counter[str] = Counter()
     frame = candidates.with_row_index("order").with_columns(_filter_reason(config).alias(REASON))
     dropped.update(dict(frame.filter(pl.col(REASON).is_not_null())[REASON].value_counts().iter_rows()))
@@ -61,8 +64,9 @@ def select_columnar(candidates: pl.DataFrame, config: CurationConfig) -> Columna
     dropped["near duplicate"] += int(near.sum())
     unique = unique.filter(pl.Series(~near))
     cap = config.max_per_task_type
-    if cap is None and unique.height:
-        rarest = int(unique.group_by("task_type").len()["len"].min())  # type: ignore[arg-type]
+    if cap is None and unique.height:  # balance to the games the teacher played, not to the ones it won
+        played = frame.filter(pl.col(REASON).ne_missing(NOT_TRAIN))
+        rarest = int(played.group_by("task_type").len()["len"].min())  # type: ignore[arg-type]
         cap = math.ceil(config.balance_factor * rarest)
     ranked = unique.with_columns(pl.col("stable_key").rank("ordinal").over("task_type").alias("rank"))
     chosen = ranked if cap is None else ranked.filter(pl.col("rank") <= cap)
