@@ -17,7 +17,7 @@
 # RUNS holds recipes/ (warehouse.duckdb, dagster_home, models: the small recipe's run through Dagster, as
 # `benchmarks/recipes.py --via dagster --recipe small` leaves it); where it holds no such student yet, that run comes
 # first (on an AMX Xeon: about 1 h 20 min with its evaluations, then 1 h 37 min here: docs/results.md, the
-# walk-through). Logs go to $RUNS/teacher_ships_*.log.
+# walk-through). Logs go to $RUNS/teacher_ships_<teacher>_{serve,daemon}.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS="${RUNS:?set RUNS to the folder holding recipes/ (the small recipe: warehouse and Dagster instance)}"
@@ -50,7 +50,7 @@ elif ! VERSION=$(newest_expert_student); then
 fi
 echo "=== $(date -u) serving $VERSION"
 setsid evoharness serve --model-version "$VERSION" --port $PORT --server $SERVER --threads 2 \
-    > $RUNS/teacher_ships_serve.log 2>&1 &
+    > $RUNS/teacher_ships_${TEACHER}_serve.log 2>&1 &
 SERVER=$!
 # A process group stopped by signal $2, then SIGKILL after a minute: `dagster dev` leaves on SIGINT once its children
 # have (and sometimes never); `evoharness serve` on SIGTERM, stopping its server child (a job started with & in a
@@ -61,7 +61,7 @@ stop_group() {
   kill -KILL -- -"$1" 2>/dev/null || true
 }
 trap 'stop_group $SERVER TERM; [ -n "${DAEMON:-}" ] && stop_group $DAEMON INT; true' EXIT
-until grep -q "register it" $RUNS/teacher_ships_serve.log; do sleep 5; kill -0 $SERVER; done
+until grep -q "register it" $RUNS/teacher_ships_${TEACHER}_serve.log; do sleep 5; kill -0 $SERVER; done
 read -r MODEL BANK < <(python -c "
 from warehouse import Warehouse, default_db_path
 with Warehouse(default_db_path(), read_only=True) as wh:
@@ -90,7 +90,7 @@ with dg.DagsterInstance.get() as instance:
       --tags "{\"dagster/partition\": \"$TEACHER\", \"teacher\": \"$TEACHER\"}"
 fi
 echo "=== $(date -u) daemon"
-setsid dagster dev -m pipelines.definitions -p 3011 > $RUNS/teacher_ships_daemon.log 2>&1 &
+setsid dagster dev -m pipelines.definitions -p 3011 > $RUNS/teacher_ships_${TEACHER}_daemon.log 2>&1 &
 DAEMON=$!
 python - <<'PY'
 # wait until the teacher's distillation succeeded and both new versions have an evaluation
