@@ -22,6 +22,19 @@ PROCESS_OVERHEAD_BYTES = 1 << 30
 """Memory a playing process needs beyond its copy of the weights (torch, the tokenizer, the decoder's cache)."""
 
 
+def available_memory() -> int:
+    """Bytes of memory a new process can have: the kernel's MemAvailable (free pages and the page cache it can
+    reclaim), where /proc/meminfo has it; else the free pages alone."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
 def local_processes(model_dir: str | Path, games: int | None, concurrency: int) -> int:
     """How many processes play ``games`` (None: a whole split) with a local model, on the CPU one core each: one per
     core this process may use, as many as fit in half the available memory with a copy of the weights each, and no
@@ -30,7 +43,7 @@ def local_processes(model_dir: str | Path, games: int | None, concurrency: int) 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     weights = sum(f.stat().st_size for f in Path(model_dir).glob("*.safetensors")) or sum(
         f.stat().st_size for f in Path(model_dir).glob("*.bin"))
-    available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    available = available_memory()
     busy = cores if games is None else games // concurrency
     return max(1, min(cores, available // 2 // (weights + PROCESS_OVERHEAD_BYTES), busy))
 

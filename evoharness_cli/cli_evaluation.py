@@ -14,6 +14,7 @@ from evoharness.evaluation.compare import PairedOutcome, paired_outcomes
 from evoharness.evaluation.run import EVAL_SPLITS, EvaluationConfig, EvaluationResult, evaluate
 from evoharness.harness.prompts import Mode
 from evoharness.lineage import new_run_id
+from evoharness.stage_config import description
 from evoharness.teachers.clients.structured import StructuredOutputs
 from evoharness_cli.cli_common import (
     DbOption,
@@ -44,6 +45,7 @@ def evaluate_command(
     processes: Annotated[int | None, typer.Option(help="Processes that share each split's games (a local student: "
                                                        "one core each) [default: one per core, as many as fit in "
                                                        "half the memory].")] = None,
+    checkpoint: Annotated[int | None, typer.Option(help=description(EvaluationConfig, "checkpoint"))] = None,
     serve_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server serving the version (vllm serve, "
                                                        "SGLang, TGI), e.g. http://host:8000/v1 [default: play "
                                                        "in this process].")] = None,
@@ -60,7 +62,7 @@ def evaluate_command(
                               mode=mode, max_steps=max_steps, max_tokens=max_tokens, concurrency=concurrency,
                               engine=engine, constrain_actions=constrain_actions, avoid_repeats=avoid_repeats,
                               processes=processes, serve_url=serve_url, served_model=served_model,
-                              structured_outputs=structured_outputs)
+                              structured_outputs=structured_outputs, checkpoint=checkpoint)
     quiet_third_party()
     with Warehouse(db or default_db_path()) as wh, progress_reporter(f"{config.policy} evaluation") as update:
         current = {"split": ""}

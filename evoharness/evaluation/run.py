@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -28,6 +29,7 @@ from warehouse import Warehouse
 EVAL_SPLITS = ("valid_seen", "valid_unseen")
 NO_REPEAT_SUFFIX = ".no-repeat"
 UNCONSTRAINED_SUFFIX = ".unconstrained"
+HELD_OUT_SPLITS = ("valid_seen", "valid_unseen")
 
 
 class EvaluationConfig(BaseModel):
@@ -54,6 +56,10 @@ class EvaluationConfig(BaseModel):
         "in one per core, as many as fit in half the memory and have `concurrency` games each "
         "(collection_processes.local_processes); a served one in 1."))
     data_root: str | None = None
+    checkpoint: int | None = Field(default=None, ge=1, description=(
+        "Play the checkpoint its training saved at this optimizer step (<version folder>/checkpoints/checkpoint-N) "
+        "instead of its final weights, as the policy '<version>@step-N': a curve over training, on dev or train "
+        "only (choosing a step is a choice, made on dev). None: the final weights."))
     serve_url: str | None = Field(default=None, description=(
         "An OpenAI-compatible server (vllm serve, SGLang, TGI) serving the version, e.g. http://host:8000/v1; "
         "None: the version plays in this process (local_hf)."))
@@ -69,6 +75,9 @@ class EvaluationConfig(BaseModel):
         if self.avoid_repeats and not self.constrained:
             raise ValueError("avoid_repeats works through constrained decoding: it needs constrain_actions (and, "
                              "with serve_url, structured_outputs)")
+        if self.checkpoint is not None and (self.serve_url or set(self.splits) & set(HELD_OUT_SPLITS)):
+            raise ValueError("a checkpoint plays locally and on dev or train only: choosing a step is a choice, "
+                             "made on dev (the held-out splits are played once, by the final weights)")
         return self
 
     @property
@@ -81,9 +90,10 @@ class EvaluationConfig(BaseModel):
         """The name its episodes are stored under: the model version, suffixed by a non-default decoding rule
         (so a served version decoding unconstrained never shares its episodes, or its resumption, with the same
         version played constrained)."""
+        weights = self.model_version if self.checkpoint is None else f"{self.model_version}@step-{self.checkpoint}"
         if self.avoid_repeats:
-            return f"{self.model_version}{NO_REPEAT_SUFFIX}"
-        return self.model_version if self.constrained else f"{self.model_version}{UNCONSTRAINED_SUFFIX}"
+            return f"{weights}{NO_REPEAT_SUFFIX}"
+        return weights if self.constrained else f"{weights}{UNCONSTRAINED_SUFFIX}"
 
 
 @dataclass
@@ -114,18 +124,31 @@ def student_policy(wh: Warehouse, config: EvaluationConfig) -> tuple[TeacherSpec
     row = wh.one("model_version_player", model_version=config.model_version)
     if row is None:
         raise UnknownModelVersionError(config.model_version, "train it first (sft_student / `evoharness sft`)")
+    weights = row[0] if config.checkpoint is None else checkpoint_folder(row[0], config.checkpoint)
     if config.serve_url is None:
-        verify_artifact(row[0], "model")  # a damaged folder is one clear line, not an error deep in loading
+        verify_artifact(weights, "model")  # a damaged folder is one clear line, not an error deep in loading
     mode = config.mode or Mode(read_student_card(row[0]).get("settings", {}).get("view", "bpe"))
     served = {"provider": Provider.OPENAI_COMPATIBLE, "model": config.served_model or config.model_version,
               "base_url": config.serve_url, "api_key_env": config.api_key_env,
               "structured_outputs": config.structured_outputs if config.constrained else None,
-              } if config.serve_url else {"provider": Provider.LOCAL_HF, "model": row[0]}
+              } if config.serve_url else {"provider": Provider.LOCAL_HF, "model": str(weights)}
     spec = TeacherSpec(name=config.policy, price_in=0.0, price_out=0.0, max_concurrency=config.concurrency,
                        max_tokens=config.max_tokens, temperature=config.temperature, mode=mode, distill_games=None,
                        prompt_template=student_prompt_set(row[0], mode), constrain_actions=config.constrained,
                        avoid_repeats=config.avoid_repeats, **served)
     return spec, row[1]
+
+
+def checkpoint_folder(model_folder: str, step: int) -> Path:
+    """The checkpoint a version's training saved at optimizer step ``step``; a missing one is a one-line error
+    naming the steps that were saved."""
+    checkpoints = Path(model_folder).parent / "checkpoints"
+    folder = checkpoints / f"checkpoint-{step}"
+    if not folder.is_dir():
+        saved = sorted(int(p.name.split("-")[1]) for p in checkpoints.glob("checkpoint-*") if p.name[11:].isdigit())
+        raise UnknownModelVersionError(f"{Path(model_folder).parent.name}@step-{step}",
+                                       f"its training saved checkpoints at steps {saved or 'none'}")
+    return folder
 
 
 def evaluate(wh: Warehouse, config: EvaluationConfig, run_id: str,
