@@ -216,3 +216,21 @@ def test_dev_play_reads_in_policy_evaluation_and_train_play_does_not(tmp_path: P
         rows = wh.con.execute("SELECT split, episodes, success_rate FROM policy_evaluation "
                               "WHERE policy = 'expert' AND task_type = 'ALL'").fetchall()
     assert rows == [("dev", 2, 1.0)]
+
+
+def test_a_checkpoint_plays_on_dev_as_its_own_policy_of_the_version(curated_db: Path, tmp_path: Path) -> None:
+    from evoharness.errors import UnknownModelVersionError
+
+    with Warehouse(curated_db) as wh:
+        version = train_sft_version(wh, teacher_datasets(wh, "expert")[0], tiny_sft_settings(
+            max_steps=2, save_steps=1, logging_steps=1, max_length=1024), tmp_path, "train")
+        quick = QUICK | {"splits": ("dev",)}
+        played = evaluate(wh, EvaluationConfig(model_version=version.model_version, checkpoint=1, **quick), "step1")
+        stored = wh.con.execute("SELECT DISTINCT teacher, model_version FROM episodes WHERE policy_kind = 'student' "
+                                "AND split = 'dev'").fetchall()
+        with pytest.raises(UnknownModelVersionError, match=r".step-7'.*saved checkpoints at steps \[1, 2\]"):
+            evaluate(wh, EvaluationConfig(model_version=version.model_version, checkpoint=7, **quick), "step7")
+    assert played.policy == f"{version.model_version}.step-1" and played.by_split["dev"].written == 2
+    assert stored == [(played.policy, version.model_version)]
+    with pytest.raises(ValueError, match="dev or train only"):  # a step is chosen on dev, never held out
+        EvaluationConfig(model_version=version.model_version, checkpoint=1, splits=("dev", "valid_unseen"))

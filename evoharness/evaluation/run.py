@@ -58,7 +58,7 @@ class EvaluationConfig(BaseModel):
     data_root: str | None = None
     checkpoint: int | None = Field(default=None, ge=1, description=(
         "Play the checkpoint its training saved at this optimizer step (<version folder>/checkpoints/checkpoint-N) "
-        "instead of its final weights, as the policy '<version>@step-N': a curve over training, on dev or train "
+        "instead of its final weights, as the policy '<version>.step-N': a curve over training, on dev or train "
         "only (choosing a step is a choice, made on dev). None: the final weights."))
     serve_url: str | None = Field(default=None, description=(
         "An OpenAI-compatible server (vllm serve, SGLang, TGI) serving the version, e.g. http://host:8000/v1; "
@@ -90,7 +90,7 @@ class EvaluationConfig(BaseModel):
         """The name its episodes are stored under: the model version, suffixed by a non-default decoding rule
         (so a served version decoding unconstrained never shares its episodes, or its resumption, with the same
         version played constrained)."""
-        weights = self.model_version if self.checkpoint is None else f"{self.model_version}@step-{self.checkpoint}"
+        weights = self.model_version if self.checkpoint is None else f"{self.model_version}.step-{self.checkpoint}"
         if self.avoid_repeats:
             return f"{weights}{NO_REPEAT_SUFFIX}"
         return weights if self.constrained else f"{weights}{UNCONSTRAINED_SUFFIX}"
@@ -146,7 +146,7 @@ def checkpoint_folder(model_folder: str, step: int) -> Path:
     folder = checkpoints / f"checkpoint-{step}"
     if not folder.is_dir():
         saved = sorted(int(p.name.split("-")[1]) for p in checkpoints.glob("checkpoint-*") if p.name[11:].isdigit())
-        raise UnknownModelVersionError(f"{Path(model_folder).parent.name}@step-{step}",
+        raise UnknownModelVersionError(f"{Path(model_folder).parent.name}.step-{step}",
                                        f"its training saved checkpoints at steps {saved or 'none'}")
     return folder
 
