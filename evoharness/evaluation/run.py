@@ -29,7 +29,6 @@ from warehouse import Warehouse
 EVAL_SPLITS = ("valid_seen", "valid_unseen")
 NO_REPEAT_SUFFIX = ".no-repeat"
 UNCONSTRAINED_SUFFIX = ".unconstrained"
-HELD_OUT_SPLITS = ("valid_seen", "valid_unseen")
 
 
 class EvaluationConfig(BaseModel):
@@ -75,7 +74,7 @@ class EvaluationConfig(BaseModel):
         if self.avoid_repeats and not self.constrained:
             raise ValueError("avoid_repeats works through constrained decoding: it needs constrain_actions (and, "
                              "with serve_url, structured_outputs)")
-        if self.checkpoint is not None and (self.serve_url or set(self.splits) & set(HELD_OUT_SPLITS)):
+        if self.checkpoint is not None and (self.serve_url or set(self.splits) & set(EVAL_SPLITS)):
             raise ValueError("a checkpoint plays locally and on dev or train only: choosing a step is a choice, "
                              "made on dev (the held-out splits are played once, by the final weights)")
         return self
