@@ -17,28 +17,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 from typing import Any
 
 import report
+import students
 
 from evoharness.reporting.charts import panels_chart_png
 from warehouse import Warehouse, default_db_path
 
 RESULTS = report.RESULTS / "dev_curves.json"
 SPLIT = "dev"
-MAX_STEPS = 70
 
 
 def played(policy: str) -> dict[str, Any] | None:
-    """The policy's greedy play on dev (finished episodes, success, harness calls per episode), if stored."""
-    with Warehouse(default_db_path(), read_only=True) as wh:
-        _, rows = wh.query("policy_split_summary", policy=policy, split=SPLIT, max_steps=MAX_STEPS)
-    if not rows:
-        return None
-    finished, success, _, calls, _ = rows[0]
-    return {"episodes": finished, "success": success, "harness_calls": calls}
+    """The policy's greedy play on dev, if stored."""
+    return students.played(str(default_db_path()), policy, SPLIT)
 
 
 def version_facts(version: str) -> tuple[str | None, int]:
@@ -82,7 +76,7 @@ def main() -> None:
     panels = {panel: {version: [(p["step"], p[key]) for p in entry["points"] if p.get(key) is not None]
                       for version, entry in curves.items()}
               for panel, key in (("dev success", "success"), ("harness calls / episode", "harness_calls"))}
-    png = report.RESULTS / "curves" / f"{re.sub(r'[^A-Za-z0-9_.=-]+', '_', args.name)}_dev.png"
+    png = students.curve_path(f"{args.name}_dev")
     png.parent.mkdir(parents=True, exist_ok=True)
     png.write_bytes(panels_chart_png(panels, f"{args.name}: greedy play on dev by optimizer step", "optimizer step"))
     earlier = json.loads(RESULTS.read_text()).get("curves", {}) if RESULTS.is_file() else {}

@@ -80,7 +80,7 @@ def test_recipes_keep_the_version_ids_of_the_presets_they_replace() -> None:
     assert version_id("expert", "sft", "sft@v1", load_recipe("tiny").sft) == "expert-sft-d6ad46026c85"
     assert version_id("expert", "grpo", "expert-sft-x", load_recipe("tiny").grpo) == "expert-grpo-7954c0c37175"
     curriculum = recipe_settings("small", "grpo", bf16=False, games=["a", "b"], games_from="expert-sft-x",
-                                 games_limit=None, max_steps=12, learning_rate=2e-4)  # the preset's (until 2026-12-06)
+                                 games_limit=None, max_steps=12, learning_rate=2e-4)  # the values before the 24-step recipe
     assert version_id("expert", "grpo", "expert-sft-x", curriculum) == "expert-grpo-bc3b08089d83"
 
 
