@@ -1,19 +1,16 @@
 """``student_evaluation``: a model version played on the evaluation splits, next to its teacher."""
 
-
-
 import dagster as dg
 from pydantic import Field
 
 from assets.failures import one_line_failures
 from assets.lineage import ASSET_CODE_VERSION, collection_lineage, id_metadata
+from assets.settings_config import with_config_fields
 from assets.training import grpo_curves
 from evoharness.evaluation.compare import PairedOutcome, paired_outcomes
 from evoharness.evaluation.run import EvaluationConfig, evaluate
-from evoharness.harness.prompts import Mode
 from evoharness.reporting.charts import bar_chart_png, markdown_image, markdown_table
-from evoharness.stage_config import defaults
-from evoharness.teachers.clients.structured import StructuredOutputs
+from evoharness.stage_config import defaults, description
 from evoharness.training.model_versions import stored_version
 from pipelines.partitions import model_version_partitions
 from pipelines.resources import AlfworldResource, WarehouseResource
@@ -21,35 +18,13 @@ from pipelines.resources import AlfworldResource, WarehouseResource
 DEFAULTS = defaults(EvaluationConfig)  # the one declaration of the defaults: evaluation.run
 
 
+@with_config_fields(EvaluationConfig, exclude={"model_version", "workers", "data_root", "checkpoint"})
 class EvaluationRunConfig(dg.Config):
-    """Run config of an evaluation (defaults: EvaluationConfig — both full evaluation splits, greedy decoding)."""
+    """Run config of an evaluation: the fields of EvaluationConfig, with its defaults (both held-out splits,
+    greedy decoding). The partition names the version (its final weights: a checkpoint plays from the CLI only) and
+    the alfworld resource the data."""
 
-    splits: list[str] = Field(default=DEFAULTS["splits"], description="Evaluation splits.")
-    limit: int | None = Field(default=DEFAULTS["limit"], description="First N games per split (None: the full "
-                              "split).")
-    mode: str | None = Field(default=DEFAULTS["mode"], description="bpe or react (None: the mode the student "
-                             "trained in).")
-    max_steps: int = Field(default=DEFAULTS["max_steps"], description="Step budget per episode.")
-    max_tokens: int = Field(default=DEFAULTS["max_tokens"], description="Completion tokens per turn.")
-    temperature: float | None = Field(default=DEFAULTS["temperature"], description="None: greedy.")
-    concurrency: int = Field(default=DEFAULTS["concurrency"], description="Episodes in flight (their turns "
-                             "generate as one batch).")
-    constrain_actions: bool = Field(default=DEFAULTS["constrain_actions"], description="Decode actions "
-                                    "constrained to the admissible commands and meta-actions.")
-    avoid_repeats: bool = Field(default=DEFAULTS["avoid_repeats"], description="Also leave out environment "
-                                "commands already issued in the same state (policy '<version>.no-repeat').")
-    engine: str | None = Field(default=DEFAULTS["engine"], description="textworld or fast (None: library "
-                               "default).")
-    processes: int | None = Field(default=DEFAULTS["processes"], description="Processes that share each split's "
-                                  "games (a local student: one core each); None: one per core, as many as fit in "
-                                  "half the memory.")
-    serve_url: str | None = Field(default=DEFAULTS["serve_url"], description="OpenAI-compatible server serving "
-                                  "the version (e.g. http://host:8000/v1); None: play in this process.")
-    served_model: str | None = Field(default=DEFAULTS["served_model"], description="Model name on that server "
-                                     "(None: the version id).")
-    structured_outputs: StructuredOutputs | None = Field(
-        default=DEFAULTS["structured_outputs"], description="With serve_url: the server's structured-output option "
-        "that takes the action constraint (vllm, vllm-guided, sglang); None: unconstrained.")
+    splits: list[str] = Field(default=DEFAULTS["splits"], description=description(EvaluationConfig, "splits"))
 
 
 @dg.asset(
@@ -64,15 +39,9 @@ class EvaluationRunConfig(dg.Config):
 @one_line_failures
 def student_evaluation(context: dg.AssetExecutionContext, config: EvaluationRunConfig, alfworld: AlfworldResource,
                        warehouse: WarehouseResource) -> dg.MaterializeResult:
-    evaluation = EvaluationConfig(
-        model_version=context.partition_key, splits=tuple(config.splits), limit=config.limit,
-        mode=Mode(config.mode) if config.mode else None, constrain_actions=config.constrain_actions,
-        avoid_repeats=config.avoid_repeats,
-        max_steps=config.max_steps, max_tokens=config.max_tokens, temperature=config.temperature,
-        concurrency=config.concurrency, engine=config.engine, processes=config.processes, data_root=alfworld.root(),
-        serve_url=config.serve_url, served_model=config.served_model,
-        structured_outputs=config.structured_outputs,
-    )
+    evaluation = EvaluationConfig(model_version=context.partition_key, data_root=alfworld.root(),
+                                  **config.model_dump())
+
 
     def on_progress(split: str, done: int, total: int, record) -> None:  # type: ignore[no-untyped-def]
         context.log.info("%s episode %d/%d %s %s (%d steps)", split, done, total, record.spec.game.game_id,
@@ -84,7 +53,7 @@ def student_evaluation(context: dg.AssetExecutionContext, config: EvaluationRunC
         version = stored_version(wh, context.partition_key)
         parent = trained[3] if trained else None
         against_parent = paired_outcomes(wh, result.policy, evaluation.model_copy(update={"model_version": parent})
-                                         .policy, config.max_steps) if parent else []
+                                         .policy, evaluation.max_steps) if parent else []
     index = {c: i for i, c in enumerate(result.columns)}
     student_rows = [r for r in result.rows  # a type whose episodes all failed has no rate: not drawn as 0
                     if r[index["policy"]] == result.policy and r[index["task_type"]] != "ALL"
@@ -95,7 +64,7 @@ def student_evaluation(context: dg.AssetExecutionContext, config: EvaluationRunC
         "evaluation": dg.MetadataValue.md(markdown_table(result.columns, result.rows)),
         "episodes_written": dg.MetadataValue.int(sum(r.written for r in result.by_split.values())),
     } | (grpo_curves(version) if version else {})  # a GRPO version's training curves beside how it plays
-    for split in config.splits:
+    for split in evaluation.splits:
         rate = result.success_rate(split)
         if rate is not None:
             metadata[f"success_rate_{split}"] = dg.MetadataValue.float(rate)

@@ -1,7 +1,9 @@
 """Dagster run config derived from a stage's settings model (the one declaration of every training field): each
 typed field (:func:`~evoharness.training.recipes.option_fields`) is an optional config field with the model's
 description; unset, it keeps the recipe's value. ``recipe`` picks the recipe (unset: the ``students`` resource's),
-``overrides`` sets any value as ``section.field=value``, as ``--set`` does on the command line."""
+``overrides`` sets any value as ``section.field=value``, as ``--set`` does on the command line. A stage without a
+recipe (evaluation) takes its fields, with their defaults, from its config model the same way
+(:func:`with_config_fields`)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any, Optional, TypeVar
 import dagster as dg
 from pydantic import BaseModel, Field, create_model
 
+from evoharness.stage_config import defaults, nullable
 from evoharness.training.recipes import Recipe, load_recipe, option_fields
 
 
@@ -57,5 +60,25 @@ def with_settings_fields(section: str, model: type[BaseModel]) -> Callable[[type
 
     def decorate(cls: type[C]) -> type[C]:
         return settings_run_config(cls.__name__, section, model, cls)  # type: ignore[return-value]
+
+    return decorate
+
+
+K = TypeVar("K", bound=dg.Config)
+
+
+def with_config_fields(model: type[BaseModel], exclude: set[str]) -> Callable[[type[K]], type[K]]:
+    """Class decorator: the asset's run config class (its own fields declared on it) with one field per typed field
+    of a stage's config ``model`` (but ``exclude``), with the model's default and description, under the same name.
+    An enum field is a string of its values (Dagster's enum config would take the members' names); the model
+    validates it when the asset builds its config from :meth:`dg.Config.model_dump`."""
+    values = defaults(model)
+
+    def decorate(cls: type[K]) -> type[K]:
+        declared: dict[str, Any] = {
+            f.name: (Optional[f.annotation] if nullable(model, f.name) else f.annotation,  # noqa: UP045 - Dagster
+                     Field(default=values[f.name], description=f.description or None))  # config needs Optional
+            for f in option_fields(model) if f.name not in exclude}
+        return create_model(cls.__name__, __base__=cls, __doc__=cls.__doc__, **declared)  # type: ignore[call-overload,no-any-return]
 
     return decorate

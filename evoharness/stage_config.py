@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 from enum import Enum
-from typing import Any
+from types import NoneType
+from typing import Any, get_args
 
 from pydantic import BaseModel
 
@@ -35,3 +36,8 @@ def _plain(value: Any) -> Any:
 def description(config_class: type[BaseModel], name: str) -> str:
     """A pydantic config field's description, for the help text of the option or Dagster field that sets it."""
     return config_class.model_fields[name].description or ""
+
+
+def nullable(config_class: type[BaseModel], name: str) -> bool:
+    """Whether a pydantic config field takes None (``int | None``), so a derived option or Dagster field does too."""
+    return NoneType in get_args(config_class.model_fields[name].annotation)

@@ -4,7 +4,7 @@ by game."""
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -12,10 +12,8 @@ from evoharness.agents.records import EpisodeRecord
 from evoharness.collection import CollectionResult
 from evoharness.evaluation.compare import PairedOutcome, paired_outcomes
 from evoharness.evaluation.run import EVAL_SPLITS, EvaluationConfig, EvaluationResult, evaluate
-from evoharness.harness.prompts import Mode
 from evoharness.lineage import new_run_id
 from evoharness.stage_config import description
-from evoharness.teachers.clients.structured import StructuredOutputs
 from evoharness_cli.cli_common import (
     DbOption,
     console,
@@ -23,46 +21,21 @@ from evoharness_cli.cli_common import (
     progress_reporter,
     quiet_third_party,
 )
+from evoharness_cli.settings_options import with_config_options
 from warehouse import Warehouse, default_db_path
 
 
+@with_config_options(EvaluationConfig, exclude={"model_version", "splits", "workers", "data_root"})
 def evaluate_command(
-    model_version: Annotated[str, typer.Option(help="A trained model version (see the model_versions table).")],
-    split: Annotated[list[str] | None, typer.Option(help="Evaluation split (repeatable). [default: valid_seen "
-                                                          "and valid_unseen]")] = None,
-    limit: Annotated[int | None, typer.Option(help="First N games per split [default: the full split].")] = None,
-    mode: Annotated[Mode | None, typer.Option(help="bpe or react [default: the mode the student trained in].")] \
-        = None,
-    max_steps: Annotated[int, typer.Option(help="Step budget per episode.")] = 70,
-    max_tokens: Annotated[int, typer.Option(help="Completion tokens per turn.")] = 128,
-    concurrency: Annotated[int, typer.Option(help="Episodes in flight (their turns generate as one batch).")] = 16,
-    constrain_actions: Annotated[bool, typer.Option(help="Decode actions constrained to admissible commands and "
-                                                         "meta-actions.")] = True,
-    avoid_repeats: Annotated[bool, typer.Option(help="Also leave out environment commands already issued in the "
-                                                     "same state: observation and admissible commands (episodes "
-                                                     "stored as the policy '<version>.no-repeat').")] = False,
-    engine: Annotated[str | None, typer.Option(help="textworld or fast (default: the library default).")] = None,
-    processes: Annotated[int | None, typer.Option(help="Processes that share each split's games (a local student: "
-                                                       "one core each) [default: one per core, as many as fit in "
-                                                       "half the memory].")] = None,
-    checkpoint: Annotated[int | None, typer.Option(help=description(EvaluationConfig, "checkpoint"))] = None,
-    serve_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server serving the version (vllm serve, "
-                                                       "SGLang, TGI), e.g. http://host:8000/v1 [default: play "
-                                                       "in this process].")] = None,
-    served_model: Annotated[str | None, typer.Option(help="Model name on that server [default: the model "
-                                                          "version id].")] = None,
-    structured_outputs: Annotated[StructuredOutputs | None, typer.Option(
-        help="With --serve-url: the server's structured-output option that takes the action constraint (vllm, "
-             "vllm-guided, sglang), so the served version decodes as it does here [default: unconstrained].")] = None,
+    model_version: Annotated[str, typer.Option(help=description(EvaluationConfig, "model_version"))],
+    split: Annotated[list[str] | None, typer.Option(help=f"{description(EvaluationConfig, 'splits')} Repeatable. "
+                                                          f"[default: {' and '.join(EVAL_SPLITS)}]")] = None,
     db: DbOption = None,
+    values: dict[str, Any] | None = None,
 ) -> None:
     """Play a model version on the evaluation splits (resumable), print the games this run played, and the
     stored totals of those splits beside its teacher."""
-    config = EvaluationConfig(model_version=model_version, splits=tuple(split or EVAL_SPLITS), limit=limit,
-                              mode=mode, max_steps=max_steps, max_tokens=max_tokens, concurrency=concurrency,
-                              engine=engine, constrain_actions=constrain_actions, avoid_repeats=avoid_repeats,
-                              processes=processes, serve_url=serve_url, served_model=served_model,
-                              structured_outputs=structured_outputs, checkpoint=checkpoint)
+    config = EvaluationConfig(model_version=model_version, splits=tuple(split or EVAL_SPLITS), **(values or {}))
     quiet_third_party()
     with Warehouse(db or default_db_path()) as wh, progress_reporter(f"{config.policy} evaluation") as update:
         current = {"split": ""}

@@ -95,3 +95,51 @@ def test_a_disagreeing_default_is_caught() -> None:
 
     library = _library(CollectionConfig)
     assert {k: library[k] for k in _dagster(Drifted)} != _dagster(Drifted)
+
+
+EVALUATION_ONLY_IN_THE_LIBRARY = {"workers", "data_root"}  # the collection's default; $ALFWORLD_DATA or the resource
+
+
+def test_evaluation_options_are_its_config_fields_with_their_descriptions() -> None:
+    """The CLI's and Dagster's evaluation fields are EvaluationConfig's, each with its type's nullability, default and
+    description: written once, in the library."""
+    import inspect
+    from typing import get_args
+
+    from assets.evaluation import EvaluationRunConfig
+    from evoharness.evaluation.run import EvaluationConfig
+    from evoharness.training.recipes import option_fields
+    from evoharness_cli.cli_evaluation import evaluate_command
+
+    library = {f.name: f.description for f in option_fields(EvaluationConfig)}
+    cli = inspect.signature(evaluate_command).parameters
+    help_texts = {name: get_args(cli[name].annotation)[1].help for name in library if name in cli}
+    assert set(library) - set(help_texts) == EVALUATION_ONLY_IN_THE_LIBRARY
+    assert help_texts == {name: library[name] for name in help_texts} and all(help_texts.values())
+    dagster = EvaluationRunConfig.model_fields
+    assert set(library) - set(dagster) == EVALUATION_ONLY_IN_THE_LIBRARY | {"model_version", "checkpoint"}
+    assert {name: dagster[name].description for name in library if name in dagster} == \
+        {name: library[name] for name in library if name in dagster}
+    assert dagster["max_steps"].annotation is int and cli["max_steps"].default == 70
+
+
+def test_dagster_evaluation_config_takes_enum_values_as_the_cli_does() -> None:
+    """``mode: react`` and ``structured_outputs: vllm-guided`` in run config build the library's config (Dagster's own
+    enum config would want the members' names, REACT and VLLM_GUIDED)."""
+    import dagster as dg
+
+    from assets.evaluation import EvaluationRunConfig
+    from evoharness.evaluation.run import EvaluationConfig
+    from evoharness.harness.prompts import Mode
+    from evoharness.teachers.clients.structured import StructuredOutputs
+
+    built: list[EvaluationConfig] = []
+
+    def probe(config: EvaluationRunConfig) -> None:
+        built.append(EvaluationConfig(model_version="v", **config.model_dump()))
+
+    probe.__annotations__["config"] = EvaluationRunConfig  # this module's annotations are strings
+    run_config = {"mode": "react", "structured_outputs": "vllm-guided", "serve_url": "http://127.0.0.1:1/v1"}
+    assert dg.materialize([dg.asset(probe)], run_config={"ops": {"probe": {"config": run_config}}}).success
+    assert built[0].mode is Mode.REACT and built[0].structured_outputs is StructuredOutputs.VLLM_GUIDED
+    assert built[0].max_steps == 70 and built[0].splits == ("valid_seen", "valid_unseen")

@@ -34,13 +34,15 @@ UNCONSTRAINED_SUFFIX = ".unconstrained"
 class EvaluationConfig(BaseModel):
     """How a model version is evaluated. Greedy decoding by default (``temperature`` None)."""
 
-    model_version: str
-    splits: tuple[str, ...] = EVAL_SPLITS
+    model_version: str = Field(description="A trained model version (see the model_versions table).")
+    splits: tuple[str, ...] = Field(default=EVAL_SPLITS, description=(
+        "Evaluation splits: dev, where choices are made, and the held-out valid_seen and valid_unseen, played once "
+        "per final version (also train)."))
     limit: int | None = Field(default=None, description="First N games per split (None: the full split).")
     mode: Mode | None = Field(default=None, description="bpe or react (None: the mode the student trained in).")
-    max_steps: int = Field(default=70, ge=1)
+    max_steps: int = Field(default=70, ge=1, description="Step budget per episode.")
     max_tokens: int = Field(default=128, ge=1, description="Completion tokens per turn.")
-    temperature: float | None = None
+    temperature: float | None = Field(default=None, ge=0, description="Sampling temperature (None: greedy).")
     constrain_actions: bool = Field(default=True, description="Decode actions constrained to the admissible "
                                     "commands and meta-actions (local students).")
     avoid_repeats: bool = Field(default=False, description=(
@@ -48,13 +50,14 @@ class EvaluationConfig(BaseModel):
         "(observation and admissible commands): a decoding rule over the same weights, whose episodes are the "
         "policy '<version>.no-repeat'."))
     concurrency: int = Field(default=16, ge=1, description="Episodes in flight; their turns generate as one batch.")
-    engine: str | None = None
-    workers: int | None = None
+    engine: str | None = Field(default=None, description="textworld or fast (None: the library default).")
+    workers: int | None = Field(default=None, ge=0, description="Environment worker processes (None: by engine; "
+                                "fast plays in-process).")
     processes: int | None = Field(default=None, ge=1, description=(
         "Processes that share each split's games (a local student: one core each). None: a local student plays "
         "in one per core, as many as fit in half the memory and have `concurrency` games each "
         "(collection_processes.local_processes); a served one in 1."))
-    data_root: str | None = None
+    data_root: str | None = Field(default=None, description="ALFWORLD_DATA folder (None: $ALFWORLD_DATA).")
     checkpoint: int | None = Field(default=None, ge=1, description=(
         "Play the checkpoint its training saved at this optimizer step (<version folder>/checkpoints/checkpoint-N) "
         "instead of its final weights, as the policy '<version>.step-N': a curve over training, on dev or train "
