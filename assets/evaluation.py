@@ -54,6 +54,7 @@ def student_evaluation(context: dg.AssetExecutionContext, config: EvaluationRunC
         parent = trained[3] if trained else None
         against_parent = paired_outcomes(wh, result.policy, evaluation.model_copy(update={"model_version": parent})
                                          .policy, evaluation.max_steps) if parent else []
+        students = wh.query("teacher_students_for", teacher=trained[0]) if trained else None
     index = {c: i for i, c in enumerate(result.columns)}
     student_rows = [r for r in result.rows  # a type whose episodes all failed has no rate: not drawn as 0
                     if r[index["policy"]] == result.policy and r[index["task_type"]] != "ALL"
@@ -74,6 +75,13 @@ def student_evaluation(context: dg.AssetExecutionContext, config: EvaluationRunC
         for outcome in against_parent:
             metadata[f"gain_over_parent_{outcome.split}"] = dg.MetadataValue.float(outcome.success_gain)
             metadata[f"p_against_parent_{outcome.split}"] = dg.MetadataValue.float(outcome.p_value)
+    if students and students[1]:  # the teacher's students side by side, and the one to use (best on dev)
+        columns, rows = students
+        metadata["students_of_teacher"] = dg.MetadataValue.md(markdown_table(columns, rows))
+        to_use = [r[columns.index("model_version")] for r in rows if r[columns.index("dev_rank")] == 1
+                  and r[columns.index("max_steps")] == evaluation.max_steps]
+        if to_use:
+            metadata["student_to_use"] = dg.MetadataValue.text(to_use[0])
     if student_rows:
         chart = bar_chart_png([f"{r[index['split']]}/{r[index['task_type']]}" for r in student_rows],
                               [float(r[index["success_rate"]]) for r in student_rows],

@@ -110,3 +110,17 @@ def compare_command(
                                  f"common (see `evoharness evaluate`)")
     print_table(f"{policy} against {baseline} ({max_steps} steps), game by game", list(PairedOutcome.COLUMNS),
                 [o.row() for o in outcomes])
+
+
+def students_command(
+    teacher: Annotated[str | None, typer.Option(help="One teacher's students [default: every teacher's].")] = None,
+    db: DbOption = None,
+) -> None:
+    """Each teacher's students on dev and the held-out splits, and the one to use: dev_rank 1, the version that won
+    the most of the whole dev split (where choices are made; a tie goes to the earlier version)."""
+    with Warehouse(db or default_db_path(), read_only=True) as wh:
+        columns, rows = wh.query("teacher_students_for", teacher=teacher)
+    if not rows:
+        raise typer.BadParameter(f"no student of {teacher or 'any teacher'} has been evaluated (see `evoharness "
+                                 "evaluate`)")
+    print_table(f"students of {teacher or 'every teacher'}: the one to use is dev_rank 1", columns, rows)

@@ -162,6 +162,8 @@ def test_cli_trained_version_gets_an_evaluation_run_on_the_next_sensor_tick(cura
         assert "data:image/png;base64," in metadata["success_by_task_type"].value
         assert (metadata["model_version"].value, metadata["policy_kind"].value) == (version, "student")
         assert metadata["dataset_id"].value == "sft-expert@v1" and metadata["distilled_from"].value == "expert"
+        assert version in metadata["students_of_teacher"].value  # the teacher's students side by side
+        assert "student_to_use" not in metadata  # chosen on the whole dev split only, which it has not played
 
         idle = new_model_version_sensor(dg.build_sensor_context(instance=instance, definitions=defs,
                                                                  resources=resources))
