@@ -3,35 +3,22 @@
 import json
 
 import dagster as dg
-from pydantic import Field
 
 from assets.failures import one_line_failures
 from assets.lineage import ASSET_CODE_VERSION, id_metadata, materialized_value
+from assets.settings_config import with_config_fields
 from evoharness.consolidation.audit import quality_gate
 from evoharness.consolidation.config import QualityThresholds
 from evoharness.curation.build import curate
 from evoharness.curation.config import CurationConfig
 from evoharness.reporting.charts import bar_chart_png, markdown_image, markdown_table
-from evoharness.stage_config import defaults, description
 from pipelines.partitions import teacher_partitions
 from pipelines.resources import WarehouseResource
 
-DEFAULTS = defaults(CurationConfig)  # the one declaration of the defaults: curation.config
 
-
+@with_config_fields(CurationConfig, exclude={"teacher"})
 class CurationRunConfig(dg.Config):
-    """Run config of a curation (defaults: CurationConfig)."""
-
-    name: str | None = Field(default=DEFAULTS["name"], description="Dataset name (None: sft-<teacher>).")
-    consolidator: str = Field(default=DEFAULTS["consolidator"], description="Whose examples: rule or llm.")
-    max_tokens: int = Field(default=DEFAULTS["max_tokens"], description="Token limit per example.")
-    tokenizer: str | None = Field(default=DEFAULTS["tokenizer"], description="HF tokenizer path (None: bytes/4 "
-                                  "estimate).")
-    validation_fraction: float = Field(default=DEFAULTS["validation_fraction"], description="Share of games held "
-                                       "out, by game.")
-    balance_factor: float = Field(default=DEFAULTS["balance_factor"],
-                                  description=description(CurationConfig, "balance_factor"))
-    output_dir: str | None = Field(default=DEFAULTS["output_dir"], description="None: <warehouse folder>/datasets.")
+    """Run config of a curation: the fields of CurationConfig, with its defaults (the partition is the teacher)."""
 
 
 @dg.asset(
@@ -46,15 +33,11 @@ class CurationRunConfig(dg.Config):
 def sft_dataset(context: dg.AssetExecutionContext, config: CurationRunConfig,
                 warehouse: WarehouseResource) -> dg.MaterializeResult:
     teacher = context.partition_key
-    curation = CurationConfig(
-        name=config.name, teacher=teacher, consolidator=config.consolidator,
-        max_tokens=config.max_tokens, tokenizer=config.tokenizer, validation_fraction=config.validation_fraction,
-        balance_factor=config.balance_factor, output_dir=config.output_dir,
-    )
+    curation = CurationConfig(teacher=teacher, **config.model_dump())
     with warehouse.open() as wh:
-        gate = quality_gate(wh, teacher, config.consolidator, QualityThresholds())
+        gate = quality_gate(wh, teacher, curation.consolidator, QualityThresholds())
         if not gate.passed:
-            raise dg.Failure(f"quality gate failed for {teacher}/{config.consolidator}: {'; '.join(gate.failures)}")
+            raise dg.Failure(f"quality gate failed for {teacher}/{curation.consolidator}: {'; '.join(gate.failures)}")
         result = curate(wh, curation, context.run.run_id)
         row = wh.one("dataset_lineage", dataset_id=result.dataset_id)
     by_type = result.composition.get("task_type", {})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -16,13 +16,13 @@ from evoharness.curation.backfill import BackfillError, backfill_dataset_example
 from evoharness.curation.build import curate
 from evoharness.curation.config import CurationConfig
 from evoharness.lineage import new_run_id
-from evoharness.stage_config import defaults, description
+from evoharness.stage_config import defaults
 from evoharness_cli.cli_common import DbOption, console, fail, print_table, quiet_third_party
+from evoharness_cli.settings_options import with_config_options
 from warehouse import Warehouse, default_db_path
 
 CONSOLIDATE = defaults(ConsolidationConfig)  # the one declaration of the defaults: consolidation.config
 LLM = defaults(LLMSettings)
-CURATE = defaults(CurationConfig)  # the one declaration of the defaults: curation.config
 
 
 def consolidate_command(
@@ -110,26 +110,16 @@ def audit_command(
                 raise typer.Exit(1)
 
 
+@with_config_options(CurationConfig, exclude=set())
 def curate_command(
-    teacher: Annotated[str, typer.Option(help="Teacher partition.")] = CURATE["teacher"],
-    consolidator: Annotated[str, typer.Option(help="Whose examples.")] = CURATE["consolidator"],
-    name: Annotated[str | None, typer.Option(help="Dataset name [default: sft-<teacher>].")] = CURATE["name"],
-    max_tokens: Annotated[int, typer.Option(help="Token limit per example.")] = CURATE["max_tokens"],
-    tokenizer: Annotated[str | None, typer.Option(help="HF tokenizer path (default: bytes/4 estimate).")
-                         ] = CURATE["tokenizer"],
-    validation_fraction: Annotated[float, typer.Option(help="Share of games held out, by game.")
-                                   ] = CURATE["validation_fraction"],
-    balance_factor: Annotated[float, typer.Option(help=description(CurationConfig, "balance_factor"))
-                              ] = CURATE["balance_factor"],
-    output_dir: Annotated[str | None, typer.Option(help="Where datasets are saved.")] = CURATE["output_dir"],
     force: Annotated[bool, typer.Option(help="Curate even when the quality gate fails.")] = False,
     db: DbOption = None,
+    values: dict[str, Any] | None = None,
 ) -> None:
     """Build a curated Hugging Face SFT dataset from consolidated examples (train games only)."""
     quiet_third_party()
-    config = CurationConfig(name=name, teacher=teacher, consolidator=consolidator, max_tokens=max_tokens,
-                            tokenizer=tokenizer, validation_fraction=validation_fraction,
-                            balance_factor=balance_factor, output_dir=output_dir)
+    config = CurationConfig(**(values or {}))
+    teacher, consolidator = config.teacher, config.consolidator
     with Warehouse(db or default_db_path()) as wh:
         gate = quality_gate(wh, teacher, consolidator, QualityThresholds())
         if not gate.passed and not force:

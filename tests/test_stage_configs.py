@@ -1,5 +1,6 @@
 """One config per stage: the command line, the Dagster run config and the library's config class declare the
-same defaults (the library's class is the declaration; the other two read it)."""
+same defaults (the library's class is the declaration; the other two read it). Evaluation and curation derive their
+options and fields, descriptions included, from it; collection and consolidation read its defaults."""
 
 from __future__ import annotations
 
@@ -50,28 +51,23 @@ def _dagster(config_class: type) -> dict[str, Any]:
 
 
 def _stages() -> list[tuple[str, dict[str, Any], Callable[..., Any], type]]:
+    """The stages whose options and fields are still declared beside the library's (their defaults read from it);
+    the derived ones are checked by test_derived_options_are_the_config_fields_with_their_descriptions."""
     from assets.consolidation import ConsolidationRunConfig
-    from assets.curation import CurationRunConfig
     from assets.episodes import CollectionRunConfig
-    from assets.evaluation import EvaluationRunConfig
     from evoharness.collection import CollectionConfig
     from evoharness.consolidation.config import ConsolidationConfig, LLMSettings
-    from evoharness.curation.config import CurationConfig
-    from evoharness.evaluation.run import EvaluationConfig
     from evoharness_cli.cli import collect_command
-    from evoharness_cli.cli_data import consolidate_command, curate_command
-    from evoharness_cli.cli_evaluation import evaluate_command
+    from evoharness_cli.cli_data import consolidate_command
 
     return [
         ("collection", _library(CollectionConfig), collect_command, CollectionRunConfig),
         ("consolidation", _library(ConsolidationConfig, {"llm": LLMSettings}), consolidate_command,
          ConsolidationRunConfig),
-        ("curation", _library(CurationConfig), curate_command, CurationRunConfig),
-        ("evaluation", _library(EvaluationConfig), evaluate_command, EvaluationRunConfig),
     ]
 
 
-@pytest.mark.parametrize("stage", ["collection", "consolidation", "curation", "evaluation"])
+@pytest.mark.parametrize("stage", ["collection", "consolidation"])
 def test_cli_dagster_and_library_defaults_are_equal(stage: str) -> None:
     name, library, command, run_config = next(s for s in _stages() if s[0] == stage)
     cli, dagster = _cli(command, library), _dagster(run_config)
@@ -97,30 +93,46 @@ def test_a_disagreeing_default_is_caught() -> None:
     assert {k: library[k] for k in _dagster(Drifted)} != _dagster(Drifted)
 
 
-EVALUATION_ONLY_IN_THE_LIBRARY = {"workers", "data_root"}  # the collection's default; $ALFWORLD_DATA or the resource
-
-
-def test_evaluation_options_are_its_config_fields_with_their_descriptions() -> None:
-    """The CLI's and Dagster's evaluation fields are EvaluationConfig's, each with its type's nullability, default and
-    description: written once, in the library."""
-    import inspect
-    from typing import get_args
-
+def _derived_stages() -> list[tuple[type, Callable[..., Any], type, set[str], set[str]]]:
+    """Stages whose CLI options and Dagster fields are derived from the library's config: (config, command, run
+    config, fields only the library has, fields the CLI has but Dagster not)."""
+    from assets.curation import CurationRunConfig
     from assets.evaluation import EvaluationRunConfig
+    from evoharness.curation.config import CurationConfig
     from evoharness.evaluation.run import EvaluationConfig
-    from evoharness.training.recipes import option_fields
+    from evoharness_cli.cli_data import curate_command
     from evoharness_cli.cli_evaluation import evaluate_command
 
-    library = {f.name: f.description for f in option_fields(EvaluationConfig)}
-    cli = inspect.signature(evaluate_command).parameters
+    return [  # workers: the collection's default; data_root: $ALFWORLD_DATA or the resource
+        (EvaluationConfig, evaluate_command, EvaluationRunConfig, {"workers", "data_root"},
+         {"model_version", "checkpoint"}),  # the partition; a checkpoint plays from the CLI only
+        (CurationConfig, curate_command, CurationRunConfig, set(), {"teacher"}),  # the partition
+    ]
+
+
+@pytest.mark.parametrize("index", range(2))
+def test_derived_options_are_the_config_fields_with_their_descriptions(index: int) -> None:
+    """The CLI's and Dagster's fields of a stage are its library config's, each with its type's nullability, default
+    and description: written once, in the library."""
+    from typing import get_args
+
+    from evoharness.training.recipes import option_fields
+
+    config, command, run_config, library_only, not_in_dagster = _derived_stages()[index]
+    library = {f.name: f.description for f in option_fields(config)}
+    cli = inspect.signature(command).parameters
     help_texts = {name: get_args(cli[name].annotation)[1].help for name in library if name in cli}
-    assert set(library) - set(help_texts) == EVALUATION_ONLY_IN_THE_LIBRARY
+    assert set(library) - set(help_texts) == library_only
     assert help_texts == {name: library[name] for name in help_texts} and all(help_texts.values())
-    dagster = EvaluationRunConfig.model_fields
-    assert set(library) - set(dagster) == EVALUATION_ONLY_IN_THE_LIBRARY | {"model_version", "checkpoint"}
+    optional = [name for name in help_texts if not config.model_fields[name].is_required()]
+    assert {name: cli[name].default for name in optional} == \
+        {name: config.model_fields[name].get_default() for name in optional}
+    dagster = run_config.model_fields
+    assert set(library) - set(dagster) == library_only | not_in_dagster
     assert {name: dagster[name].description for name in library if name in dagster} == \
         {name: library[name] for name in library if name in dagster}
-    assert dagster["max_steps"].annotation is int and cli["max_steps"].default == 70
+    nullable = {name for name in dagster if type(None) in get_args(dagster[name].annotation)}
+    assert nullable == {name for name in dagster if type(None) in get_args(config.model_fields[name].annotation)}
 
 
 def test_dagster_evaluation_config_takes_enum_values_as_the_cli_does() -> None:
