@@ -152,8 +152,8 @@ evaluate_student_job = dg.define_asset_job(
 
 
 def evaluation_run_config(recipe_overrides: list[str]) -> dict[str, Any]:
-    """A new version's evaluation run config: a recipe as shipped (any seed) is final and plays the held-out
-    splits; a variant (a screen) plays ``dev`` only (:func:`~evoharness.evaluation.protocol.protocol_splits`)."""
+    """A new version's evaluation run config: a recipe as shipped (any seed) is final and plays ``dev`` and the
+    held-out splits; a variant (a screen) plays ``dev`` only (:func:`~evoharness.evaluation.protocol.protocol_splits`)."""
     return {"ops": {STUDENT_EVALUATION.to_python_identifier(): {"config": {
         "splits": list(protocol_splits(recipe_overrides))}}}}
 
@@ -163,7 +163,7 @@ def evaluation_run_config(recipe_overrides: list[str]) -> dict[str, Any]:
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Model versions without student_evaluation become evaluation runs of their partition: a recipe "
-                "as shipped on the held-out splits, a variant (a screen) on dev only.",
+                "as shipped on dev and the held-out splits, a variant (a screen) on dev only.",
 )
 def new_model_version_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource) -> dg.SensorResult:
     """``model_versions`` is the truth for students: every version there (trained by Dagster or by

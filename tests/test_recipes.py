@@ -184,6 +184,6 @@ def test_only_a_recipe_as_shipped_plays_the_held_out_splits_by_default() -> None
 
     assert variant_overrides(["grpo.seed=2", "sft.seed=1"]) == []  # seeds are replicates of the recipe
     assert variant_overrides(["grpo.seed=0", "grpo.beta=0"]) == ["grpo.beta=0"]
-    assert protocol_splits([]) == protocol_splits(["grpo.seed=1"]) == ("valid_seen", "valid_unseen")
+    assert protocol_splits([]) == protocol_splits(["grpo.seed=1"]) == ("dev", "valid_seen", "valid_unseen")
     assert protocol_splits(["grpo.beta=0", "grpo.seed=0"]) == ("dev",)  # a screen: choices are made on dev
     assert evaluation_run_config(["sft.epochs=2"]) == {"ops": {"student_evaluation": {"config": {"splits": ["dev"]}}}}
