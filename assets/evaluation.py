@@ -42,7 +42,6 @@ def student_evaluation(context: dg.AssetExecutionContext, config: EvaluationRunC
     evaluation = EvaluationConfig(model_version=context.partition_key, data_root=alfworld.root(),
                                   **config.model_dump())
 
-
     def on_progress(split: str, done: int, total: int, record) -> None:  # type: ignore[no-untyped-def]
         context.log.info("%s episode %d/%d %s %s (%d steps)", split, done, total, record.spec.game.game_id,
                          "won" if record.won else record.status, len(record.steps))

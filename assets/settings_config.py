@@ -2,7 +2,7 @@
 typed field (:func:`~evoharness.training.recipes.option_fields`) is an optional config field with the model's
 description; unset, it keeps the recipe's value. ``recipe`` picks the recipe (unset: the ``students`` resource's),
 ``overrides`` sets any value as ``section.field=value``, as ``--set`` does on the command line. A stage without a
-recipe (evaluation) takes its fields, with their defaults, from its config model the same way
+recipe section (evaluation, curation) takes its fields, with their defaults, from its config model the same way
 (:func:`with_config_fields`)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Command-line options derived from a stage's settings model, as TRL's ``TrlParser`` derives its arguments from
 its config dataclasses: every typed option (:func:`~evoharness.training.recipes.option_fields`) is declared once, in
 the settings model, and appears here with its description; unset, it keeps the recipe's value. A stage without a
-recipe (evaluation) takes its options, with their defaults, from its config model the same way."""
+recipe section (evaluation, curation) takes its options, with their defaults, from its config model the same way."""
 
 from __future__ import annotations
 
