@@ -51,5 +51,5 @@ def test_a_version_trained_from_a_screened_parent_is_a_variant_and_plays_dev_onl
     assert versions == {"expert-sft": [], "expert-dagger": ["dagger.max_steps=1500"],
                         "expert-grpo": ["dagger.max_steps=1500"], "expert-seed": ["grpo.seed=1"]}
     splits = {v: evaluation_run_config(o)["ops"]["student_evaluation"]["config"]["splits"] for v, o in versions.items()}
-    assert splits == {"expert-sft": ["valid_seen", "valid_unseen"], "expert-dagger": ["dev"], "expert-grpo": ["dev"],
-                      "expert-seed": ["valid_seen", "valid_unseen"]}
+    final = ["dev", "valid_seen", "valid_unseen"]
+    assert splits == {"expert-sft": final, "expert-dagger": ["dev"], "expert-grpo": ["dev"], "expert-seed": final}
