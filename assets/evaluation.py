@@ -8,6 +8,7 @@ from assets.lineage import ASSET_CODE_VERSION, collection_lineage, id_metadata
 from assets.settings_config import with_config_fields
 from assets.training import grpo_curves
 from evoharness.evaluation.compare import PairedOutcome, paired_outcomes
+from evoharness.evaluation.losses import LOSS_COLUMNS, loss_table, lost_games
 from evoharness.evaluation.run import EvaluationConfig, evaluate
 from evoharness.reporting.charts import bar_chart_png, markdown_image, markdown_table
 from evoharness.stage_config import defaults, description
@@ -54,6 +55,8 @@ def student_evaluation(context: dg.AssetExecutionContext, config: EvaluationRunC
         against_parent = paired_outcomes(wh, result.policy, evaluation.model_copy(update={"model_version": parent})
                                          .policy, evaluation.max_steps) if parent else []
         students = wh.query("teacher_students_for", teacher=trained[0]) if trained else None
+        losses = {split: loss_table(lost_games(wh, result.policy, split, evaluation.max_steps))
+                  for split in evaluation.splits}
     index = {c: i for i, c in enumerate(result.columns)}
     student_rows = [r for r in result.rows  # a type whose episodes all failed has no rate: not drawn as 0
                     if r[index["policy"]] == result.policy and r[index["task_type"]] != "ALL"
@@ -81,6 +84,9 @@ def student_evaluation(context: dg.AssetExecutionContext, config: EvaluationRunC
                   and r[columns.index("max_steps")] == evaluation.max_steps]
         if to_use:
             metadata["student_to_use"] = dg.MetadataValue.text(to_use[0])
+    for split, rows in losses.items():  # where the lost games stopped (evoharness.evaluation.losses)
+        if rows:
+            metadata[f"losses_{split}"] = dg.MetadataValue.md(markdown_table(list(LOSS_COLUMNS), rows))
     if student_rows:
         chart = bar_chart_png([f"{r[index['split']]}/{r[index['task_type']]}" for r in student_rows],
                               [float(r[index["success_rate"]]) for r in student_rows],

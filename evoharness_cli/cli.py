@@ -34,7 +34,7 @@ from evoharness_cli.cli_data import (
     consolidate_command,
     curate_command,
 )
-from evoharness_cli.cli_evaluation import compare_command, evaluate_command, students_command
+from evoharness_cli.cli_evaluation import compare_command, evaluate_command, losses_command, students_command
 from evoharness_cli.cli_serve import serve_command
 from evoharness_cli.cli_teachers import teacher_app
 from evoharness_cli.cli_training import dagger_command, grpo_command, relabel_command, sft_command
@@ -210,7 +210,7 @@ COMMANDS: dict[str, Callable[..., None]] = {
     "consolidate": consolidate_command, "audit": audit_command, "curate": curate_command,
     "backfill-lineage": backfill_lineage_command,
     "sft": sft_command, "dagger": dagger_command, "grpo": grpo_command, "relabel": relabel_command,
-    "evaluate": evaluate_command, "compare": compare_command, "students": students_command, "serve": serve_command,
+    "evaluate": evaluate_command, "compare": compare_command, "students": students_command, "losses": losses_command, "serve": serve_command,
 }
 """Every ``evoharness`` command by name (``teacher ...`` is the sub-app of evoharness_cli.cli_teachers)."""
 for command_name, command in COMMANDS.items():

@@ -1,5 +1,5 @@
-"""``evoharness evaluate | compare``: play model versions on the evaluation splits and compare two policies game
-by game."""
+"""``evoharness evaluate | compare | students | losses``: play model versions on the evaluation splits, compare two
+policies game by game, rank a teacher's students, and say where a policy's lost games stopped."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import typer
 from evoharness.agents.records import EpisodeRecord
 from evoharness.collection import CollectionResult
 from evoharness.evaluation.compare import PairedOutcome, paired_outcomes
+from evoharness.evaluation.losses import LOSS_COLUMNS, loss_table, lost_games
 from evoharness.evaluation.run import EVAL_SPLITS, EvaluationConfig, EvaluationResult, evaluate
 from evoharness.lineage import new_run_id
 from evoharness.stage_config import description
@@ -124,3 +125,21 @@ def students_command(
         raise typer.BadParameter(f"no student of {teacher or 'any teacher'} has been evaluated (see `evoharness "
                                  "evaluate`)")
     print_table(f"students of {teacher or 'every teacher'}: the one to use is dev_rank 1", columns, rows)
+
+
+def losses_command(
+    policy: Annotated[str, typer.Argument(help="A policy: a model version, '<version>.no-repeat', a teacher.")],
+    split: Annotated[str, typer.Option(help="The split whose lost games are read (choices are made on dev).")] = "dev",
+    max_steps: Annotated[int, typer.Option(help="Step budget it played at.")] = 70,
+    db: DbOption = None,
+) -> None:
+    """Where a policy's lost games stopped: each lost episode at the first step of its task it never completed
+    (target never seen, seen not taken, taken not transformed, not placed, one of two placed), by task type, with
+    how many picked up an object of another type and ran out their budget."""
+    with Warehouse(db or default_db_path(), read_only=True) as wh:
+        lost = lost_games(wh, policy, split, max_steps)
+    if not lost:
+        raise typer.BadParameter(f"{policy!r} lost no game it finished on {split} at {max_steps} steps (see "
+                                 "`evoharness evaluate`)")
+    print_table(f"where {policy}'s {len(lost)} lost {split} games stopped ({max_steps} steps)", list(LOSS_COLUMNS),
+                loss_table(lost))

@@ -164,6 +164,7 @@ def test_cli_trained_version_gets_an_evaluation_run_on_the_next_sensor_tick(cura
         assert metadata["dataset_id"].value == "sft-expert@v1" and metadata["distilled_from"].value == "expert"
         assert version in metadata["students_of_teacher"].value  # the teacher's students side by side
         assert "student_to_use" not in metadata  # chosen on the whole dev split only, which it has not played
+        assert "| all | " in metadata["losses_valid_seen"].value  # where its lost game stopped
 
         idle = new_model_version_sensor(dg.build_sensor_context(instance=instance, definitions=defs,
                                                                  resources=resources))
