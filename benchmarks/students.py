@@ -44,6 +44,7 @@ from typing import Any
 import report
 
 from evoharness.evaluation.compare import paired_outcomes
+from evoharness.evaluation.losses import lost_games, stage_counts
 from evoharness.reporting.training_curves import grpo_seeds_png
 from evoharness.training.recipes import DEFAULT_RECIPE, Recipe, load_recipe, variant_overrides
 from warehouse import Warehouse, default_db_path
@@ -135,14 +136,16 @@ def recipe_versions(db: str, recipe: Recipe, overrides: list[str]) -> list[dict[
 
 
 def played(db: str, policy: str, split: str) -> dict[str, Any] | None:
-    """The policy's greedy play on a split at 70 steps (the policy_evaluation view's overall row)."""
+    """The policy's greedy play on a split at 70 steps (the policy_evaluation view's overall row) and where its lost
+    games stopped (evoharness.evaluation.losses)."""
     with Warehouse(db, read_only=True) as wh:
         _, rows = wh.query("policy_split_summary", policy=policy, split=split, max_steps=70)
+        lost = lost_games(wh, policy, split) if rows else []
     if not rows:
         return None
     episodes, success, steps, calls, repeats_lost = rows[0]
     return {"episodes": episodes, "success": success, "mean_steps": steps, "harness_calls": calls,
-            "repeats_per_lost_game": repeats_lost}
+            "repeats_per_lost_game": repeats_lost, "lost_by_stage": stage_counts(lost)}
 
 
 def against_parent(db: str, policy: str, parent: str) -> dict[str, Any]:

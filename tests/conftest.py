@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -165,3 +168,17 @@ def overfit(tmp_path_factory: pytest.TempPathFactory, alfworld_data: Path) -> tu
         settings = tiny_sft_settings(**OVERFIT_SETTINGS)
         version = train_sft_version(wh, dataset.dataset_id, settings, folder / "models", "t")
     return db, version.model_version, folder / "models"
+
+
+@pytest.fixture(scope="session")
+def students() -> ModuleType:
+    """benchmarks/students.py as a module (benchmarks are scripts that import their report helper by name)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        spec = importlib.util.spec_from_file_location("students_benchmark", REPO / "benchmarks" / "students.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    return module

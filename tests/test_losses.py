@@ -5,12 +5,14 @@ episodes cut short."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 from evoharness.collection import CollectionConfig, collect
-from evoharness.evaluation.losses import Goal, LostGame, diagnose, loss_table, lost_games
+from evoharness.evaluation.losses import STAGE_ORDER, Goal, LostGame, diagnose, loss_table, lost_games
 from warehouse import Warehouse
 
 
@@ -123,3 +125,11 @@ def test_cli_prints_where_a_policys_lost_games_stopped(cut_db: tuple[Path, dict[
     assert table["rows"][-1][:1] == ["all"] and table["rows"][-1][7] == len(expected)
     none = CliRunner().invoke(app, ["losses", "cut", "--max-steps", "50", "--db", str(db)])
     assert none.exit_code == 2 and "'cut' lost no game it finished on dev at 50 steps" in none.output
+
+
+def test_a_students_json_row_says_where_its_lost_games_stopped(cut_db: tuple[Path, dict[str, str]],
+                                                              students: ModuleType) -> None:
+    db, expected = cut_db
+    row = students.played(str(db), "cut", "dev")
+    assert row["success"] == 0.0 and row["lost_by_stage"] == dict(Counter(expected.values()))
+    assert list(row["lost_by_stage"]) == [stage for stage in STAGE_ORDER if stage in row["lost_by_stage"]]

@@ -2,29 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 from types import ModuleType
 
 import pytest
 
 from evoharness.training.recipes import load_recipe
 from tests.conftest import REPO
-
-
-@pytest.fixture(scope="module")
-def students() -> ModuleType:
-    """benchmarks/students.py as a module (benchmarks are scripts that import their report helper by name)."""
-    import sys
-
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        spec = importlib.util.spec_from_file_location("students_benchmark", REPO / "benchmarks" / "students.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
-    return module
 
 
 def test_a_rows_command_names_recipe_seed_launcher_and_environment(students: ModuleType,

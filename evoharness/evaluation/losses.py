@@ -137,6 +137,12 @@ def lost_games(wh: Warehouse, policy: str, split: str, max_steps: int = 70) -> l
     return lost
 
 
+def stage_counts(lost: list[LostGame]) -> dict[str, int]:
+    """Lost games per stage, in task order, the stages that occur only."""
+    counts = Counter(game.diagnosis.stage for game in lost)
+    return {stage: counts[stage] for stage in STAGE_ORDER if counts[stage]}
+
+
 LOSS_COLUMNS = ("stage", *SHORT_TYPE.values(), "lost", "share", "took another object", "out of budget",
                 "mean places visited", "mean repeats")
 
@@ -153,6 +159,5 @@ def loss_table(lost: list[LostGame]) -> list[tuple]:
                 round(sum(game.diagnosis.places_visited for game in games) / len(games), 1),
                 round(sum(game.repeats for game in games) / len(games), 1))
 
-    stages = [stage for stage in STAGE_ORDER if any(game.diagnosis.stage == stage for game in lost)]
-    rows = [row(stage, [game for game in lost if game.diagnosis.stage == stage]) for stage in stages]
+    rows = [row(stage, [game for game in lost if game.diagnosis.stage == stage]) for stage in stage_counts(lost)]
     return [*rows, row("all", lost)] if lost else []
