@@ -1,6 +1,6 @@
-"""Where lost games stopped (evoharness.evaluation.losses): goals read from ALFWorld's templates, each loss placed at
-the first step of its task never completed, and the table `evoharness losses` prints, read from real expert
-episodes cut short."""
+"""How far an episode got towards its goal (evoharness.envs.alfworld.goals: goals read from ALFWorld's templates, the
+first stage never got past, progress) and where lost games stopped (evoharness.evaluation.losses: the table
+`evoharness losses` prints), read from real expert episodes cut short."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from types import ModuleType
 import pytest
 
 from evoharness.collection import CollectionConfig, collect
-from evoharness.evaluation.losses import STAGE_ORDER, Goal, LostGame, diagnose, loss_table, lost_games
+from evoharness.envs.alfworld.goals import STAGE_ORDER, Goal, GoalReach, goal_progress, goal_reach
+from evoharness.evaluation.losses import LostGame, loss_table, lost_games
 from warehouse import Warehouse
 
 
@@ -44,24 +45,34 @@ PLACE = ("move candle 3 to cabinet 1", "You move the candle 3 to the cabinet 1."
 def test_a_loss_stops_at_the_first_step_never_completed() -> None:
     two = Goal("candle", None, "cabinet", 2)
     elsewhere = ("go to cabinet 1", "You arrive at cabinet 1. The cabinet 1 is closed.")
-    assert diagnose(two, [elsewhere]).stage == "target never seen"
-    other = diagnose(two, [SEEN, TAKE_OTHER], out_of_budget=True)
-    assert (other.stage, other.took_other_object, other.places_visited, other.out_of_budget) == (
-        "seen, not taken", True, 1, True)
-    assert diagnose(two, [SEEN, TAKE]).stage == "not placed"
-    assert diagnose(two, [SEEN, TAKE, elsewhere, PLACE]).stage == "one of two placed"
-    assert diagnose(two, [SEEN, TAKE, elsewhere, PLACE, SEEN, TAKE, PLACE]).stage == "one of two placed"  # same one
-    assert diagnose(Goal("candle", "heat", "cabinet", 1), [SEEN, TAKE, PLACE]).stage == "taken, not heated"
+    assert goal_reach(two, [elsewhere]).stage == "target never seen"
+    assert goal_reach(two, [SEEN, TAKE_OTHER]) == GoalReach("seen, not taken", True, 1)
+    assert goal_reach(two, [SEEN, TAKE]).stage == "not placed"
+    assert goal_reach(two, [SEEN, TAKE, elsewhere, PLACE]) == GoalReach("one of two placed", False, 2)
+    assert goal_reach(two, [SEEN, TAKE, elsewhere, PLACE, SEEN, TAKE, PLACE]).stage == "one of two placed"  # same one
+    assert goal_reach(Goal("candle", "heat", "cabinet", 1), [SEEN, TAKE, PLACE]).stage == "taken, not heated"
     failed_take = ("take candle 3 from toilet 1", "Nothing happens.")
-    assert diagnose(two, [SEEN, failed_take]).stage == "seen, not taken"
+    assert goal_reach(two, [SEEN, failed_take]).stage == "seen, not taken"
 
 
 def test_a_lamp_lights_the_goal_only_once_the_object_is_held() -> None:
     light = Goal("candle", "light", None, 1)
     lamp = ("use desklamp 1", "You turn on the desklamp 1.")
-    assert diagnose(light, [SEEN, lamp]).stage == "seen, not taken"
-    assert diagnose(light, [SEEN, TAKE]).stage == "taken, not lit"
-    assert diagnose(light, [SEEN, TAKE, lamp]).stage == "every step done, lost"
+    assert goal_reach(light, [SEEN, lamp]).stage == "seen, not taken"
+    assert goal_reach(light, [SEEN, TAKE]).stage == "taken, not lit"
+    assert goal_reach(light, [SEEN, TAKE, lamp]).stage == "every step done"
+
+
+def test_progress_is_the_stage_reached_among_the_goals_stages() -> None:
+    two = Goal("candle", None, "cabinet", 2)
+    assert two.stages() == ("target never seen", "seen, not taken", "not placed", "one of two placed",
+                            "every step done")
+    assert Goal("egg", "heat", "fridge", 1).stages()[2:] == ("taken, not heated", "not placed", "every step done")
+    assert [goal_progress(two, goal_reach(two, turns)) for turns in ([], [SEEN], [SEEN, TAKE], [SEEN, TAKE, PLACE])] \
+        == [0.0, 0.25, 0.5, 0.75]
+    other = ("take candle 4 from toilet 1", "You pick up the candle 4 from the toilet 1.")
+    second = ("move candle 4 to cabinet 1", "You move the candle 4 to the cabinet 1.")
+    assert goal_progress(two, goal_reach(two, [SEEN, TAKE, PLACE, other, second])) == 1.0
 
 
 def _cut_copy(wh: Warehouse, policy: str) -> dict[str, str]:
@@ -99,9 +110,9 @@ def test_expert_episodes_cut_short_stop_where_they_were_cut(cut_db: tuple[Path, 
         lost = lost_games(wh, "cut", "dev")
         expert_lost = wh.con.execute("SELECT count(*) FROM episodes WHERE teacher = 'expert' AND NOT won").fetchone()
         assert len(lost_games(wh, "expert", "dev")) == expert_lost[0]
-    assert {game.game_id: game.diagnosis.stage for game in lost} == expected
+    assert {game.game_id: game.reach.stage for game in lost} == expected
     assert len(set(expected.values())) >= 2, "the games drawn should cover more than one stage"
-    assert not any(game.diagnosis.took_other_object for game in lost)
+    assert not any(game.reach.took_other_object for game in lost)
     table = loss_table(lost)
     assert table[-1][0] == "all" and table[-1][7] == len(expected) and table[-1][8] == "100%"
     assert sum(row[7] for row in table[:-1]) == len(expected)
@@ -109,7 +120,7 @@ def test_expert_episodes_cut_short_stop_where_they_were_cut(cut_db: tuple[Path, 
 
 def test_loss_table_has_no_rows_without_losses() -> None:
     assert loss_table([]) == []
-    lost = [LostGame("e", "g", "pick_two_obj_and_place", 4, diagnose(Goal("candle", None, "cabinet", 2), [SEEN]))]
+    lost = [LostGame("e", "g", "pick_two_obj_and_place", 4, True, goal_reach(Goal("candle", None, "cabinet", 2), [SEEN]))]
     assert loss_table(lost)[0][:8] == ("seen, not taken", 0, 0, 0, 0, 0, 1, 1)
 
 

@@ -116,7 +116,7 @@ def test_terms_are_trl_reward_functions_named_after_the_term(catalog) -> None:
     functions = reward_functions(RewardConfig())
     names = [get_callable_name(f) for f in functions]
     assert names == ["solved_reward", "efficiency_reward", "diversity_reward", "repeat_penalty", "invalid_penalty",
-                     "harness_call_cost"]
+                     "harness_call_cost", "progress_reward"]
     stats = TrajectoryStats.from_record(_record(catalog, TURNS, won=True)).as_dict()
     state = type("State", (), {"epoch": 150.0})()
     values = [f(prompts=["g"], completions=["c"], trajectory=[stats], trainer_state=state)[0] for f in functions]
@@ -132,5 +132,24 @@ def test_the_harness_call_cost_can_be_annealed_in_over_the_first_steps() -> None
     assert costs == pytest.approx([0.0, -0.2, -0.4, -0.4])
     assert trajectory_reward(stats, RewardConfig(call_cost=0.1), step=0)["harness_call_cost"] == pytest.approx(-0.4)
     state = type("State", (), {"epoch": 0.0, "global_step": 5})()  # TRL passes its trainer state
-    (cost,) = reward_functions(ramped)[-1](trajectory=[stats.as_dict()], trainer_state=state)
+    (cost,) = reward_functions(ramped)[5](trajectory=[stats.as_dict()], trainer_state=state)
     assert cost == pytest.approx(-0.2)
+
+
+def test_progress_rewards_how_far_towards_its_goal_a_lost_episode_got(catalog) -> None:
+    lost = _record(catalog, TURNS, won=False)  # saw the mug and took it, never put it on the shelf
+    lost.objective = "put some mug on shelf."
+    stats = TrajectoryStats.from_record(lost, with_progress=True)
+    assert stats.progress == pytest.approx(2 / 3)  # of: never seen, seen not taken, not placed, every step done
+    won = _record(catalog, TURNS, won=True)
+    won.objective = lost.objective
+    assert TrajectoryStats.from_record(won, with_progress=True).progress == 1.0
+    weighted = RewardConfig(progress_weight=3.0)
+    assert trajectory_reward(stats, weighted)["progress_reward"] == pytest.approx(2.0)
+    assert trajectory_reward(stats, RewardConfig())["progress_reward"] == 0.0  # the paper's reward
+    unmeasured = TrajectoryStats.from_record(lost)
+    assert unmeasured.progress is None and trajectory_reward(unmeasured, RewardConfig())["progress_reward"] == 0.0
+    with pytest.raises(ValueError, match="needs each episode's goal progress"):
+        trajectory_reward(unmeasured, weighted)
+    with pytest.raises(ValueError, match="has no objective to measure its progress against"):
+        TrajectoryStats.from_record(_record(catalog, TURNS, won=False), with_progress=True)

@@ -8,6 +8,7 @@ import pytest
 
 from evoharness.agents.records import EpisodeSpec
 from evoharness.agents.runner import RunSettings, run_episode, run_episodes
+from evoharness.envs.alfworld.goals import Goal
 from evoharness.envs.pool import EnvPool, EnvWorkerError
 from evoharness.harness.budget import StepBudget
 from evoharness.harness.prompts import Mode, load_prompt_set
@@ -72,6 +73,7 @@ def test_react_episode_counts_invalid_turns_and_wins(game, local_pool) -> None:
     assert record.won and record.steps[-1].done and record.status == "finished"
     assert record.input_tokens == 10 * len(record.steps) and record.cost_usd == pytest.approx(0.001 * len(record.steps))
     assert "Belief:" not in policy.prompts[0] and "Admissible commands:" in policy.prompts[0]
+    assert record.objective and Goal.parse(record.objective)  # the game's task as the environment stated it
 
 
 def test_meta_actions_cost_steps_and_budget_stops_the_episode(game, local_pool) -> None:

@@ -310,6 +310,7 @@ def test_long_run_levers_reach_trls_config_and_name_new_versions_only_when_on(tm
         "cosine": base.model_copy(update={"lr_scheduler": "cosine"}),
         "ramp": base.model_copy(update={"reward": RewardConfig(call_cost=0.05, call_cost_ramp_steps=6)}),
         "flat": base.model_copy(update={"reward": RewardConfig(call_cost=0.05)}),
+        "progress": base.model_copy(update={"reward": RewardConfig(progress_weight=1.0)}),
     }.items()}
     assert len(set(ids.values())) == len(ids)  # while off, none is in the id: tests/test_recipes.py pins old ids
 
@@ -437,6 +438,23 @@ def test_episode_level_loss_reaches_the_update(tiny_grpo, tmp_path: Path) -> Non
     lengths = {len(r.turns) for r in fixed.episodes.values()}
     assert len(lengths) > 1  # the group's episodes differ in length: the weighting matters
     assert any(not torch.equal(a, b) for a, b in zip(*trained, strict=True))
+
+
+def test_progress_reward_reaches_the_update(tiny_grpo, tmp_path: Path) -> None:
+    """With λ_prog on, each fixed rollout's reward holds how far towards its goal it got: the won 30-step episodes 1,
+    the 4-step ones (cut short of the goal) less."""
+    from evoharness.training.grpo import build_grpo_trainer
+    from evoharness.training.reward import RewardConfig, TrajectoryStats
+
+    model_dir, fixed, _ = tiny_grpo
+    settings = tiny_grpo_settings(games_limit=2, games_per_step=2, num_generations=2, max_steps=1, save_steps=None,
+                                  reward=RewardConfig(progress_weight=1.0))
+    trainer = build_grpo_trainer(str(model_dir), tmp_path, settings, fixed)
+    trainer.train()
+    (logged,) = [entry for entry in trainer.state.log_history if "rewards/progress_reward/mean" in entry]
+    progress = [TrajectoryStats.from_record(r.record, with_progress=True).progress for r in fixed.episodes.values()]
+    assert 1.0 in progress and min(progress) < 1.0  # won and cut-short episodes
+    assert logged["rewards/progress_reward/mean"] == pytest.approx(sum(progress) / len(progress))
 
 
 @pytest.mark.parametrize("all_guided", [False, True])

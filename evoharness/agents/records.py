@@ -77,6 +77,7 @@ class EpisodeRecord:
     status: str = "finished"
     failure_reason: str | None = None
     steps: list[StepRecord] = field(default_factory=list)
+    objective: str | None = None  # the game's task as the environment stated it; None until the game opened
 
     @property
     def won(self) -> bool:

@@ -69,6 +69,7 @@ async def run_episode(
     env = None
     try:
         env, current = await pool.open(spec.game, spec.seed)
+        record.objective = current.objective
         workspace.reset(current)
         session = policy.start_episode(spec.episode_id, current.objective)
         observation, steps_used, t = current.observation, 0, 0

@@ -102,6 +102,7 @@ def build_grpo_trainer(model_path: str, output_dir: str | Path, settings: GRPOSe
                             peft_config=settings.lora.peft_config() if settings.lora is not None else None,
                             rollouts=rollouts, micro_batch_size=settings.per_device_train_batch_size,
                             repeats_at=settings.reward.repeats_at,
+                            with_progress=settings.reward.progress_weight > 0,
                             forced_tokens_in_loss=settings.forced_tokens_in_loss,
                             episode_level_loss=settings.episode_level_loss,
                             guided_wins_only=settings.guided_per_group > 0)

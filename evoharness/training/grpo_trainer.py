@@ -71,10 +71,11 @@ class EpisodeGRPOTrainer(_TRLTrainer):
     micro-batches of at most ``micro_batch_size`` turns with gradients accumulated across them."""
 
     def __init__(self, *args: Any, rollouts: RolloutSource, micro_batch_size: int,
-                 repeats_at: str = "environment", forced_tokens_in_loss: bool = False,
+                 repeats_at: str = "environment", with_progress: bool = False, forced_tokens_in_loss: bool = False,
                  episode_level_loss: bool = False, guided_wins_only: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.repeats_at, self.forced_tokens_in_loss = repeats_at, forced_tokens_in_loss
+        self.repeats_at, self.with_progress = repeats_at, with_progress
+        self.forced_tokens_in_loss = forced_tokens_in_loss
         self.episode_level_loss, self.guided_wins_only = episode_level_loss, guided_wins_only
         if self.loss_type not in LOSS_NORMALIZATION:
             raise ValueError(f"loss_type {self.loss_type!r} is not supported by the per-turn micro-batching "
@@ -106,7 +107,7 @@ class EpisodeGRPOTrainer(_TRLTrainer):
             played = self.rollouts.play([row["game_id"] for row in inputs], model, self.processing_class,
                                         round_id, positions=positions)
         self._metrics[mode]["time/rollout_seconds"].append(time.perf_counter() - started)
-        stats = [TrajectoryStats.from_record(r.record, self.repeats_at) for r in played]
+        stats = [TrajectoryStats.from_record(r.record, self.repeats_at, self.with_progress) for r in played]
         rows = [row | {"trajectory": s.as_dict()} for row, s in zip(inputs, stats, strict=True)]
         completions = [[{"role": "assistant", "content": r.record.steps[-1].raw_output if r.record.steps else ""}]
                        for r in played]

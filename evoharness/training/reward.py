@@ -1,7 +1,10 @@
 """The cost-aware trajectory reward of EvoHarness-RL, one function per term.
 
 R = 10·solved + λ_eff·max(0, 1 − |τ|/T_max)·solved + λ_div(u)·R_div − 0.1·min(repeats, 10) − 0.1·invalid
-    − λ_call·harness_calls
+    − λ_call·harness_calls + λ_prog·progress
+
+(λ_prog = 0 is the paper's reward; progress, 0 to 1, is how far towards its goal an episode got, 1 when won:
+evoharness.envs.alfworld.goals)
 
 with R_div = distinct action verbs / |τ| and λ_div(u) = (λ_max/2)(1 + cos(πu/U)), annealed to 0 over U
 epochs. |τ| counts the trajectory's turns (environment actions, meta-actions and invalid turns alike: each
@@ -25,6 +28,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, Field
 
 from evoharness.agents.records import EpisodeRecord
+from evoharness.envs.alfworld.goals import Goal, goal_progress, goal_reach
 
 
 class RewardConfig(BaseModel):
@@ -44,12 +48,16 @@ class RewardConfig(BaseModel):
     call_cost_ramp_steps: int | None = Field(default=None, ge=1, description=(
         "Anneal λ_call in: 0 at step 0, rising linearly to call_cost at this optimizer step, so that the policy "
         "first keeps its wins and then drops the calls that do not help them; None: call_cost throughout."))
+    progress_weight: float = Field(default=0.0, ge=0, description=(
+        "λ_prog: a reward of λ_prog × how far towards its goal an episode got (0 target never seen ... 1 every step "
+        "done, 1 when won; evoharness.envs.alfworld.goals), so that GRPO tells lost episodes apart by how far they "
+        "got; 0: the paper's reward. ALFWorld goals only."))
     repeats_at: Literal["environment", "any"] = Field(default="environment", description=(
         "The observation a repeat is judged at: the environment's last one, or 'any' last observation, a "
         "meta-action's result included (then a meta-action between two visits makes the second round look new, "
         "and a policy learns that dodge: docs/results.md, GRPO)."))
 
-    ID_OMITTED_WHEN_OFF: ClassVar[frozenset[str]] = frozenset({"call_cost_ramp_steps"})
+    ID_OMITTED_WHEN_OFF: ClassVar[frozenset[str]] = frozenset({"call_cost_ramp_steps", "progress_weight"})
     """Switches added after versions were trained: left out of a version's id while off."""
 
     def call_weight(self, step: int) -> float:
@@ -70,9 +78,12 @@ class TrajectoryStats:
     repeats: int
     invalid: int
     harness_calls: int
+    progress: float | None = None  # how far towards its goal, 0 to 1; None where not computed
 
     @classmethod
-    def from_record(cls, record: EpisodeRecord, repeats_at: str = "environment") -> TrajectoryStats:
+    def from_record(cls, record: EpisodeRecord, repeats_at: str = "environment",
+                    with_progress: bool = False) -> TrajectoryStats:
+        """The stats of a played episode; ``with_progress`` reads its goal progress too (ALFWorld objectives)."""
         seen: set[tuple[str, str]] = set()
         repeats, observation = 0, ""
         for step in record.steps:
@@ -85,10 +96,20 @@ class TrajectoryStats:
         return cls(won=record.won, turns=len(record.steps), max_steps=record.spec.max_steps,
                    distinct_verbs=len(verbs), repeats=repeats,
                    invalid=sum(step.kind == "invalid" for step in record.steps),
-                   harness_calls=record.n_harness_calls)
+                   harness_calls=record.n_harness_calls, progress=_progress(record) if with_progress else None)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _progress(record: EpisodeRecord) -> float:
+    """How far towards its goal an episode got: 1 when won, else its stage's place among the goal's stages."""
+    if record.won:
+        return 1.0
+    if record.objective is None:
+        raise ValueError(f"episode {record.spec.episode_id} has no objective to measure its progress against")
+    goal = Goal.parse(record.objective)
+    return goal_progress(goal, goal_reach(goal, [(s.action, s.observation) for s in record.steps if s.kind == "env"]))
 
 
 def diversity_weight(epoch: float, config: RewardConfig) -> float:
@@ -134,7 +155,18 @@ def harness_call_cost(trajectory: Sequence[dict[str, Any]], config: RewardConfig
     return [-weight * s.harness_calls for s in _stats(trajectory)]
 
 
-TERMS = (solved_reward, efficiency_reward, diversity_reward, repeat_penalty, invalid_penalty, harness_call_cost)
+def progress_reward(trajectory: Sequence[dict[str, Any]], config: RewardConfig, **_: Any) -> list[float]:
+    if not config.progress_weight:
+        return [0.0] * len(trajectory)
+    stats = _stats(trajectory)
+    if any(s.progress is None for s in stats):
+        raise ValueError("progress_weight > 0 needs each episode's goal progress (TrajectoryStats.from_record "
+                         "with_progress=True)")
+    return [config.progress_weight * (s.progress or 0.0) for s in stats]
+
+
+TERMS = (solved_reward, efficiency_reward, diversity_reward, repeat_penalty, invalid_penalty, harness_call_cost,
+         progress_reward)
 
 
 def reward_functions(config: RewardConfig) -> list[Callable[..., list[float]]]:
