@@ -69,19 +69,24 @@ def test_processes_share_a_splits_games_and_write_what_one_process_would(curated
     assert stored == (4, 4, 12)
 
 
-def test_a_local_student_plays_in_a_process_per_core_that_has_games_and_memory_for_it(tmp_path: Path) -> None:
+def test_a_local_student_plays_in_a_process_per_core_that_has_games_and_memory_for_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
+    from evoharness import collection_processes
     from evoharness.collection_processes import local_processes
 
     cores = len(os.sched_getaffinity(0))
     (tmp_path / "model.safetensors").write_bytes(b"0" * 1000)
+    monkeypatch.setattr(collection_processes, "available_memory", lambda: 64 * 2**30)  # whatever else runs here
     assert local_processes(tmp_path, None, 16) == cores  # a whole split, a small model: every core
     assert local_processes(tmp_path, 20, 16) == 1  # fewer than two processes' worth of games
     assert local_processes(tmp_path, 16 * cores, 16) == cores
     with open(tmp_path / "model.safetensors", "r+b") as weights:  # weights larger than the memory (a sparse file)
-        weights.truncate(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        weights.truncate(64 * 2**30)
     assert local_processes(tmp_path, None, 16) == 1
+    monkeypatch.undo()
+    assert collection_processes.available_memory() > 0  # the kernel's MemAvailable, read for real
 
 
 def test_a_decoding_without_repeats_is_its_own_policy_of_the_same_version(curated_db: Path, tmp_path: Path) -> None:
