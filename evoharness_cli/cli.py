@@ -210,7 +210,8 @@ COMMANDS: dict[str, Callable[..., None]] = {
     "consolidate": consolidate_command, "audit": audit_command, "curate": curate_command,
     "backfill-lineage": backfill_lineage_command,
     "sft": sft_command, "dagger": dagger_command, "grpo": grpo_command, "relabel": relabel_command,
-    "evaluate": evaluate_command, "compare": compare_command, "students": students_command, "losses": losses_command, "serve": serve_command,
+    "evaluate": evaluate_command, "compare": compare_command, "students": students_command, "losses": losses_command,
+    "serve": serve_command,
 }
 """Every ``evoharness`` command by name (``teacher ...`` is the sub-app of evoharness_cli.cli_teachers)."""
 for command_name, command in COMMANDS.items():

@@ -133,9 +133,10 @@ def losses_command(
     max_steps: Annotated[int, typer.Option(help="Step budget it played at.")] = 70,
     db: DbOption = None,
 ) -> None:
-    """Where a policy's lost games stopped: each lost episode at the first step of its task it never completed
-    (target never seen, seen not taken, taken not transformed, not placed, one of two placed), by task type, with
-    how many picked up an object of another type and ran out their budget."""
+    """Where a policy's lost games stopped: each lost episode at the first stage of its goal it never got past
+    (target never seen, seen not taken, taken not transformed, not placed, one of two placed, every step done), by
+    task type, with how many picked up an object of another type and ran out their budget, and the places they
+    visited."""
     with Warehouse(db or default_db_path(), read_only=True) as wh:
         lost = lost_games(wh, policy, split, max_steps)
     if not lost:
