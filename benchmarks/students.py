@@ -50,6 +50,8 @@ from evoharness.training.recipes import DEFAULT_RECIPE, Recipe, load_recipe, var
 from warehouse import Warehouse, default_db_path
 
 RESULTS = report.RESULTS / "students.json"
+"""Where rows go; a replicate on another machine (the same version ids, trained anew) names its own file
+(``--results``), so rows of one machine never replace another's."""
 CURVES = report.RESULTS / "curves"
 DEV, HELD_OUT = ("dev",), ("valid_seen", "valid_unseen")
 ENVIRONMENT = ("ALFWORLD_DATA", "EVOHARNESS_DB", "OMP_NUM_THREADS", "ACCELERATE_USE_CPU")
@@ -200,8 +202,8 @@ def claims(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def seed_curves(configuration: str, versions: list[dict[str, Any]]) -> str | None:
-    """The configuration's GRPO seeds side by side (``results/curves/<configuration>.png``); its path, or None
-    when it trained no GRPO version."""
+    """The configuration's GRPO seeds side by side (``results/curves/<configuration>.png``, the configuration
+    prefixed by a non-default results file's name); its path, or None when it trained no GRPO version."""
     histories = {row["settings"]["seed"]: json.loads(row["rollout_history"] or "[]")
                  for row in versions if row["stage"] == "grpo"}
     if not histories:
@@ -210,6 +212,12 @@ def seed_curves(configuration: str, versions: list[dict[str, Any]]) -> str | Non
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(grpo_seeds_png(configuration, histories))
     return str(path.relative_to(report.RESULTS))
+
+
+def curve_name(results: Path, configuration: str) -> str:
+    """A configuration's curves' name: itself in the default results file, prefixed by another file's name (a
+    replicate's curves never replace the default file's)."""
+    return configuration if results == RESULTS else f"{results.stem} {configuration}"
 
 
 def curve_path(configuration: str) -> Path:
@@ -250,7 +258,11 @@ def main() -> None:
     parser.add_argument("--dagger-seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--grpo-seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--launch", default=None, help="train SFT and GRPO under this launcher")
+    parser.add_argument("--results", default=RESULTS.name,
+                        help="the file under benchmarks/results/ that the results stage writes: a replicate on "
+                             "another machine names its own (e.g. students_zen4.json)")
     args = parser.parse_args()
+    results = report.RESULTS / args.results
     if "final" in args.stages and variant_overrides(args.overrides):
         parser.error("--stages final plays the held-out splits, which are for a recipe as shipped; a --set variant is "
                      "a screen, decided on dev (write the values into a recipe file to make it final)")
@@ -293,7 +305,7 @@ def main() -> None:
                 run(evaluate_command(version, splits))
     if "results" in args.stages:
         rows = [version_row(db, row, chains[row["model_version"]]) for row in versions if row["model_version"] in chains]
-        earlier = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+        earlier = json.loads(results.read_text()) if results.is_file() else {}
         kept = [r for r in earlier.get("runs", []) if r["model_version"] not in chains]
         every = [*kept, *rows]
         configuration = configuration_name(recipe, args.overrides)
@@ -301,13 +313,14 @@ def main() -> None:
         if superseded := superseded_key(earlier, recipe, args.overrides):
             kept_claims[superseded] = kept_claims[configuration]
             if configuration in kept_curves:  # the earlier file's PNG, before this configuration's replaces it
-                shutil.copyfile(report.RESULTS / kept_curves[configuration], curve_path(superseded))
-                kept_curves[superseded] = str(curve_path(superseded).relative_to(report.RESULTS))
-        curves = seed_curves(configuration, [row for row in versions if row["model_version"] in chains])
-        report.write_report(RESULTS, {"command": "python benchmarks/students.py --recipe NAME [--set ...]",
+                moved = curve_path(curve_name(results, superseded))
+                shutil.copyfile(report.RESULTS / kept_curves[configuration], moved)
+                kept_curves[superseded] = str(moved.relative_to(report.RESULTS))
+        curves = seed_curves(curve_name(results, configuration), [row for row in versions if row["model_version"] in chains])
+        report.write_report(results, {"command": "python benchmarks/students.py --recipe NAME [--set ...]",
                                       "runs": every, "claims": kept_claims | {configuration: claims(rows)},
                                       "curves": kept_curves | ({configuration: curves} if curves else {})})
-        print(f"wrote {RESULTS}")
+        print(f"wrote {results}")
 
 
 if __name__ == "__main__":

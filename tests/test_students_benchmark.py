@@ -111,3 +111,12 @@ def test_commands_import_the_checkout_they_run_from(students: ModuleType, monkey
     found = subprocess.run([sys.executable, "-c", "import evoharness; print(evoharness.__file__)"], cwd="/",
                            env=os.environ | env, capture_output=True, text=True, check=True).stdout
     assert found.startswith(str(REPO))
+
+
+def test_a_replicates_results_file_names_its_own_curves(students: ModuleType) -> None:
+    """Rows and curves of a replicate on another machine (the same version ids, trained anew) go to its own files."""
+    default = students.RESULTS
+    replicate = default.with_name("students_zen4.json")
+    assert students.curve_name(default, "small") == "small"
+    assert students.curve_path(students.curve_name(replicate, "small grpo.beta=0")).name == \
+        "students_zen4_small_grpo.beta=0.png"
