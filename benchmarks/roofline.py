@@ -41,11 +41,11 @@ PROMPT_TOKENS = 290
 """The student rendering's mean prompt length (``SMALL``'s docstring in ``training/tiny_student.py``)."""
 
 
-def student_shapes() -> dict[str, int]:
-    """The ``small`` student's dimensions (``STUDENT_PRESETS['small']``)."""
+def student_shapes(spec: Any = None) -> dict[str, int]:
+    """A student's dimensions: ``spec`` (a ``TinyStudentSpec``), by default the ``small`` preset's."""
     from evoharness.training.tiny_student import SMALL, STUDENT_PRESETS
 
-    spec = STUDENT_PRESETS[SMALL]
+    spec = spec or STUDENT_PRESETS[SMALL]
     return {"hidden": spec.hidden_size, "intermediate": spec.intermediate_size, "layers": spec.num_hidden_layers,
             "heads": spec.num_attention_heads, "kv_heads": spec.num_key_value_heads, "head_dim": spec.head_dim,
             "vocab": spec.vocab_size}
@@ -101,11 +101,11 @@ def matmul_roofline(shapes: dict[str, int], rows: int, dtype: torch.dtype) -> fl
     return _rate(work, flops)
 
 
-def small_model(dtype: torch.dtype = torch.float32) -> Any:
-    """The randomly initialised ``small`` architecture (no tokenizer needed: speed only)."""
+def small_model(dtype: torch.dtype = torch.float32, shapes: dict[str, int] | None = None) -> Any:
+    """The randomly initialised ``small`` architecture, or one of ``shapes`` (no tokenizer needed: speed only)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    s = student_shapes()
+    s = shapes or student_shapes()
     torch.manual_seed(0)
     config = Qwen3Config(vocab_size=s["vocab"], hidden_size=s["hidden"], intermediate_size=s["intermediate"],
                          num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
@@ -115,11 +115,12 @@ def small_model(dtype: torch.dtype = torch.float32) -> Any:
     return model.to(dtype)
 
 
-def stage_rates(dtype: torch.dtype) -> dict[str, float]:
-    """Useful FLOP/s of each stage's kernel-level work on the ``small`` architecture."""
+def stage_rates(dtype: torch.dtype, shapes: dict[str, int] | None = None) -> dict[str, float]:
+    """Useful FLOP/s of each stage's kernel-level work on the ``small`` architecture (or one of ``shapes``)."""
     from evoharness.teachers.clients.fast_decode import DecodeState, Qwen3Runner
 
-    shapes, model = student_shapes(), small_model(dtype)
+    shapes = shapes or student_shapes()
+    model = small_model(dtype, shapes)
     rates: dict[str, float] = {}
     examples = 4096 // PROMPT_TOKENS
     ids = torch.randint(0, shapes["vocab"], (examples, PROMPT_TOKENS))

@@ -170,15 +170,20 @@ def overfit(tmp_path_factory: pytest.TempPathFactory, alfworld_data: Path) -> tu
     return db, version.model_version, folder / "models"
 
 
-@pytest.fixture(scope="session")
-def students() -> ModuleType:
-    """benchmarks/students.py as a module (benchmarks are scripts that import their report helper by name)."""
+def benchmark_module(name: str) -> ModuleType:
+    """benchmarks/<name>.py as a module (benchmarks are scripts that import their helpers by name)."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     try:
-        spec = importlib.util.spec_from_file_location("students_benchmark", REPO / "benchmarks" / "students.py")
+        spec = importlib.util.spec_from_file_location(f"{name}_benchmark", REPO / "benchmarks" / f"{name}.py")
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     finally:
         sys.path.remove(str(REPO / "benchmarks"))
     return module
+
+
+@pytest.fixture(scope="session")
+def students() -> ModuleType:
+    """benchmarks/students.py as a module."""
+    return benchmark_module("students")
