@@ -84,6 +84,13 @@ def test_recipes_keep_the_version_ids_of_the_presets_they_replace() -> None:
     assert version_id("expert", "grpo", "expert-sft-x", curriculum) == "expert-grpo-bc3b08089d83"
 
 
+def test_how_batches_are_padded_is_not_part_of_a_versions_id() -> None:
+    """Padding to a multiple is masked: the same training, so the same version (it only changes the kernels' shapes)."""
+    padded = load_recipe("small", ["sft.bf16=true", "sft.pad_to_multiple_of=64"]).sft
+    assert padded.pad_to_multiple_of == 64
+    assert version_id("expert", "sft", "sft@v1", padded) == "expert-sft-b6cbe5ed2c09"
+
+
 def test_overrides_set_single_values_and_are_recorded() -> None:
     recipe = load_recipe("tiny", ["grpo.learning_rate=1e-3", "sft.lora.r=8"], {"grpo.reward.call_cost": 0.05})
     assert recipe.grpo.learning_rate == 1e-3 and recipe.grpo.reward.call_cost == 0.05
