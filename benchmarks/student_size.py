@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import command_line, write_report
-from roofline import PROMPT_TOKENS, forward_flops_per_token, matmul_params, stage_rates
+from roofline import PROMPT_TOKENS, forward_flops_per_token, matmul_params, stage_rates, student_shapes
 
 from evoharness.training.hardware import bf16_units
 from evoharness.training.tiny_student import TinyStudentSpec
@@ -55,12 +55,6 @@ def student_spec(size: str) -> TinyStudentSpec:
                            max_position_embeddings=2048)
 
 
-def shapes_of(spec: TinyStudentSpec) -> dict[str, int]:
-    return {"hidden": spec.hidden_size, "intermediate": spec.intermediate_size, "layers": spec.num_hidden_layers,
-            "heads": spec.num_attention_heads, "kv_heads": spec.num_key_value_heads, "head_dim": spec.head_dim,
-            "vocab": spec.vocab_size}
-
-
 def parameters(shapes: dict[str, int]) -> int:
     """Weights of the student: its matmuls, the tied embedding, and the norms."""
     layers, head = matmul_params(shapes)
@@ -69,7 +63,7 @@ def parameters(shapes: dict[str, int]) -> int:
 
 
 def measure(size: str, precisions: list[tuple[str, torch.dtype]]) -> dict[str, Any]:
-    shapes = shapes_of(student_spec(size))
+    shapes = student_shapes(student_spec(size))
     found: dict[str, Any] = {"parameters": parameters(shapes), "stages": {}}
     for name, dtype in precisions:
         rates = stage_rates(dtype, shapes)

@@ -19,7 +19,7 @@ def test_a_size_is_shaped_as_the_small_preset_and_counts_its_parameters() -> Non
             vocab_size=spec.vocab_size, hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
             num_hidden_layers=spec.num_hidden_layers, num_attention_heads=spec.num_attention_heads,
             num_key_value_heads=spec.num_key_value_heads, head_dim=spec.head_dim, tie_word_embeddings=True))
-        assert student_size.parameters(student_size.shapes_of(spec)) == sum(p.numel() for p in model.parameters())
+        assert student_size.parameters(student_size.student_shapes(spec)) == sum(p.numel() for p in model.parameters())
 
 
 @pytest.mark.parametrize("size", ["384", "100x4", "0x2", "384x0"])
