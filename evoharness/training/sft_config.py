@@ -37,9 +37,9 @@ class SFTSettings(BaseModel):
     group_by_length: bool = Field(default=False, description="Batch examples of similar length (less padding).")
     padding_free: bool = Field(default=False, description="Concatenate a batch into one sequence, no padding.")
     pad_to_multiple_of: int | None = Field(default=None, ge=1, description=(
-        "Pad each batch to a multiple of this many tokens (None: to its longest example). Fewer distinct shapes: "
-        "oneDNN's bf16 matmuls build a kernel per shape and keep 1,024 in a cache, which length-grouped batches of "
-        "every length overrun; the padding is masked, so what is trained is the same."))
+        "Pad each batch to a multiple of this many tokens (None: to its longest example); the padding is masked, so "
+        "what is trained is the same. Fewer batch shapes hold less memory in bf16 on CPU: 64 gave 25 % less peak "
+        "memory at 0.94x the tokens/s (benchmarks/results/sft_buckets.json), so the recipes leave it unset."))
     save_steps: int = Field(default=200, ge=1, description="Checkpoint every N steps; a rerun resumes from the last.")
     decision_turns: int = Field(default=0, ge=0, description="Held-out turns whose greedy decision is compared with "
                                 "the teacher's at every evaluation (0: none).")
