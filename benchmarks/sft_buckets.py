@@ -43,9 +43,9 @@ def arm(dataset: str, recipe: str, multiple: int, steps: int) -> dict[str, Any]:
     from evoharness.training.sft import train_sft
 
     torch.set_num_threads(1)
-    overrides = [f"sft.max_steps={steps}", "sft.decision_turns=0", "sft.save_steps=100000",
+    overrides = [f"sft.max_steps={steps}", "sft.decision_turns=0", "sft.save_steps=100000", "sft.logging_steps=10",
                  *([f"sft.pad_to_multiple_of={multiple}"] if multiple else [])]
-    settings = load_recipe(recipe, [*overrides, "sft.logging_steps=10"]).sft
+    settings = load_recipe(recipe, overrides).sft
     seen: list[tuple[float, float]] = []  # (time, non-padding input tokens seen) at each logged step
 
     def on_log(logs: dict[str, float], step: int, max_steps: int) -> None:
