@@ -292,6 +292,18 @@ def test_guided_episodes_fade_out_by_the_step_named() -> None:
         tiny_grpo_settings(ref_sync_steps=4, beta=0.0)
 
 
+def test_trl_config_sets_activation_checkpointing_without_the_deprecated_alias(tmp_path: Path) -> None:
+    import warnings
+
+    from evoharness.training.grpo import trl_config
+
+    for on in (True, False):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FutureWarning)  # transformers 5 warns on `gradient_checkpointing=`
+            config = trl_config(tiny_grpo_settings(gradient_checkpointing=on), tmp_path)
+        assert config.activation_checkpointing is on
+
+
 def test_long_run_levers_reach_trls_config_and_name_new_versions_only_when_on(tmp_path: Path) -> None:
     from evoharness.training.grpo import trl_config
     from evoharness.training.model_versions import version_id

@@ -124,7 +124,7 @@ def trl_config(settings: GRPOSettings, checkpoints: Path, processes: int = 1) ->
         max_steps=settings.max_steps or -1, learning_rate=settings.learning_rate, beta=settings.beta,
         max_grad_norm=settings.max_grad_norm, max_completion_length=settings.max_new_tokens,
         temperature=settings.temperature, bf16=settings.bf16, use_cpu=not torch.cuda.is_available(),
-        gradient_checkpointing=settings.gradient_checkpointing, scale_rewards=settings.scale_rewards,
+        activation_checkpointing=settings.gradient_checkpointing, scale_rewards=settings.scale_rewards,
         ddp_find_unused_parameters=settings.ddp_find_unused_parameters,
         seed=settings.seed, logging_steps=settings.logging_steps, loss_type=settings.loss_type,
         save_strategy="steps" if settings.save_steps else "no", save_steps=settings.save_steps or 500,
