@@ -11,10 +11,11 @@ missing or differs in size or hash. Sizes are always checked; hashes of files up
 (default :data:`HASH_LIMIT_BYTES`), so verifying a multi-gigabyte model stays cheap: a cut-short or deleted
 file is always caught, a same-size bit flip in a big file only with ``hash_limit_bytes=None``.
 
-Folders written before manifests existed (legacy) are accepted when their structure is complete: a dataset
-whose ``dataset_dict.json``, split ``state.json`` files and the data files they name exist; a model with
-``config.json`` and its weights (a single file, or every shard its index names). A legacy folder is logged
-as such once; :func:`seal_artifact` writes a manifest for it. Missing structure is an error like any other.
+Folders without a manifest (legacy: written before manifests existed, or a trainer's checkpoint, which the trainer
+saves itself) are accepted when their structure is complete: a dataset whose ``dataset_dict.json``, split
+``state.json`` files and the data files they name exist; a model with ``config.json`` and its weights (a single
+file, or every shard its index names). A legacy folder is logged as such once; :func:`seal_artifact` writes a
+manifest for it. Missing structure is an error like any other.
 Files added to a folder after its manifest (none are, by the savers here) are not checked.
 """
 
@@ -162,8 +163,8 @@ def verify_artifact(path: str | Path, kind: ArtifactKind,
         _check_legacy(path, kind)
         if path not in _warned_legacy:
             _warned_legacy.add(path)
-            log.warning("%s folder %s has no %s (saved before manifests existed): checked its structure only",
-                        kind, path, MANIFEST)
+            log.warning("%s folder %s has no %s (a trainer checkpoint, or saved before manifests existed): "
+                        "checked its structure only", kind, path, MANIFEST)
         return path
     for name, expected in sorted(manifest["files"].items()):
         file = path / name
