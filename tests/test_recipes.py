@@ -91,6 +91,19 @@ def test_how_batches_are_padded_is_not_part_of_a_versions_id() -> None:
     assert version_id("expert", "sft", "sft@v1", padded) == "expert-sft-b6cbe5ed2c09"
 
 
+def test_the_attention_kernel_follows_the_precision_and_is_not_part_of_a_versions_id() -> None:
+    """auto: eager for bf16 training passes on a CPU (SDPA's CPU flash kernel is slow there), SDPA for fp32 and
+    packed batches; an explicit kernel wins. The same function either way, so the same version."""
+    from evoharness.training.hardware import training_attention
+
+    assert training_attention("auto", bf16=True) == "eager"
+    assert training_attention("auto", bf16=False) == training_attention("auto", True, packed=True) == "sdpa"
+    assert training_attention("sdpa", bf16=True) == "sdpa"
+    eager = load_recipe("small", ["sft.bf16=true", "sft.attention=eager", "grpo.attention=eager"])
+    assert version_id("expert", "sft", "sft@v1", eager.sft) == "expert-sft-b6cbe5ed2c09"
+    assert version_id("expert", "grpo", "p", eager.grpo) == version_id("expert", "grpo", "p", load_recipe("small").grpo)
+
+
 def test_overrides_set_single_values_and_are_recorded() -> None:
     recipe = load_recipe("tiny", ["grpo.learning_rate=1e-3", "sft.lora.r=8"], {"grpo.reward.call_cost": 0.05})
     assert recipe.grpo.learning_rate == 1e-3 and recipe.grpo.reward.call_cost == 0.05

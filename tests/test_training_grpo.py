@@ -142,6 +142,26 @@ def test_log_probs_in_trimmed_chunks_match_the_padded_batch(tiny_grpo, tmp_path:
     assert torch.allclose(chunked[mask], padded[mask], atol=1e-4)
 
 
+def test_eager_attention_scores_the_turns_as_sdpa_does(tiny_grpo, tmp_path: Path) -> None:
+    """The attention kernel is how, not what: policy and reference load with the one chosen, and the padded turns'
+    log-probabilities under eager attention are SDPA's (numerics only)."""
+    from evoharness.training.grpo import build_grpo_trainer
+
+    model_dir, fixed, _ = tiny_grpo
+    logps = {}
+    for kernel in ("sdpa", "eager"):
+        trainer = build_grpo_trainer(str(model_dir), tmp_path / kernel, tiny_grpo_settings(
+            games_limit=2, games_per_step=2, num_generations=2, max_steps=1, per_device_train_batch_size=3,
+            save_steps=None, attention=kernel), fixed)
+        assert trainer.model.config._attn_implementation == trainer.ref_model.config._attn_implementation == kernel
+        played = list(fixed.episodes.values())
+        batch = longest_first(turn_samples(episode_turns(played, torch.ones(len(played))),
+                                           trainer.processing_class.pad_token_id))
+        with torch.no_grad():
+            logps[kernel] = trainer._chunked_logps(batch, reference=True)[batch["completion_mask"].bool()]
+    assert torch.allclose(logps["eager"], logps["sdpa"], atol=1e-4)
+
+
 def test_forced_tokens_are_attended_to_but_not_scored(catalog) -> None:
     game = catalog.games("train", limit=1)[0]
     record = EpisodeRecord(EpisodeSpec("s", game, Mode.BPE, 0, 3, "p", "x"), "fast", datetime.now(UTC))

@@ -61,10 +61,11 @@ class FixedRollouts:
 
 def record_expert_rollouts(game_ids: Sequence[str], tokenizer: Any, group: int, budgets: Sequence[int],
                            data_root: str | None = None, prompt_tokens: int = 96,
-                           completion_tokens: int = 32) -> FixedRollouts:
-    """The expert plays every game ``group`` times (member j with step budget ``budgets[j % len(budgets)]``)."""
+                           completion_tokens: int = 32, prompt_set: str = "alfworld/bpe") -> FixedRollouts:
+    """The expert plays every game ``group`` times (member j with step budget ``budgets[j % len(budgets)]``), its
+    turns rendered with ``prompt_set`` (a student's set gives the student's prompt lengths)."""
     catalog = GameCatalog(data_root)
-    prompts = load_prompt_set("alfworld/bpe")
+    prompts = load_prompt_set(prompt_set)
     pool = EnvPool(workers=0, engine="fast", expert=True)
     episodes: dict[tuple[str, int], Rollout] = {}
     try:

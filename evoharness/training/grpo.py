@@ -24,6 +24,7 @@ from evoharness.harness.prompts import Mode, load_prompt_set
 from evoharness.teachers.clients.hf_batching import Sampling
 from evoharness.training.grpo_config import GRPOSettings
 from evoharness.training.grpo_trainer import EpisodeGRPOTrainer, RolloutSource
+from evoharness.training.hardware import training_attention
 from evoharness.training.reward import reward_functions
 from evoharness.training.rollout import RolloutEngine
 from evoharness.training.student_card import read_student_card, student_prompt_set, write_student_card
@@ -94,7 +95,8 @@ def build_grpo_trainer(model_path: str, output_dir: str | Path, settings: GRPOSe
     games = training_games(settings, data_root)
     dataset = datasets.Dataset.from_list([{"prompt": [{"role": "user", "content": g}], "game_id": g} for g in games])
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype="auto")
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype="auto", attn_implementation=training_attention(
+        settings.attention, settings.bf16))
     # the launcher's world size (accelerate launch / torchrun set it); accelerate's state is set up by the config
     config = trl_config(settings, Path(output_dir) / "checkpoints", int(os.environ.get("WORLD_SIZE", "1")))
     return EpisodeGRPOTrainer(model=model, reward_funcs=reward_functions(settings.reward), args=config,

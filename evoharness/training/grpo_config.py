@@ -10,7 +10,12 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from evoharness.training.reward import RewardConfig
-from evoharness.training.trainer_utils import DDP_FIND_UNUSED_HELP, LoraSettings
+from evoharness.training.trainer_utils import (
+    ATTENTION_HELP,
+    DDP_FIND_UNUSED_HELP,
+    AttentionKernel,
+    LoraSettings,
+)
 
 LOSS_NORMALIZATION = {"dapo": "tokens", "cispo": "tokens", "vespo": "tokens", "bnpo": "chunk_tokens",
                       "grpo": "sequences", "sapo": "sequences", "luspo": "sequences", "dr_grpo": "sequences"}
@@ -80,6 +85,7 @@ class GRPOSettings(BaseModel):
     gradient_checkpointing: bool = Field(default=True, description="Recompute activations in the backward pass "
                                          "(a large base needs it; a student built here does not).")
     ddp_find_unused_parameters: bool | None = Field(default=None, description=DDP_FIND_UNUSED_HELP)
+    attention: AttentionKernel = Field(default="auto", description=ATTENTION_HELP)
     seed: int = 0
     logging_steps: int = Field(default=1, ge=1)
     loss_type: str = Field(default="dapo", description="TRL's loss type (see LOSS_NORMALIZATION for the supported).")
@@ -140,7 +146,8 @@ class GRPOSettings(BaseModel):
         return self
 
     OPERATIONAL: ClassVar[frozenset[str]] = frozenset({"per_device_train_batch_size", "save_steps",
-                                                       "vllm_server_url", "ddp_find_unused_parameters"})
+                                                       "vllm_server_url", "ddp_find_unused_parameters",
+                                                       "attention"})
     """Fields that change how a run executes, not what it trains: not part of a model version's id."""
     ID_OMITTED_WHEN_OFF: ClassVar[frozenset[str]] = frozenset({"avoid_repeats", "games", "games_from",
                                                                "episode_level_loss", "guided_per_group",

@@ -31,3 +31,15 @@ def bf16_is_fast() -> bool:
     probe = "from evoharness.training.hardware import bf16_units; print(int(bf16_units()))"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=300)
     return done.stdout.strip().splitlines()[-1] == "1"
+
+
+def training_attention(choice: str, bf16: bool, packed: bool = False) -> str:
+    """The ``attn_implementation`` the training passes load the model with: ``choice``, or for ``auto`` eager where
+    they run in bf16 on a CPU (torch's CPU flash kernel is slow there for a student's shapes:
+    benchmarks/results/attention_kernels.json) and sdpa elsewhere (GPUs, fp32, and packed batches, whose
+    per-example attention eager does not keep)."""
+    if choice != "auto":
+        return choice
+    import torch
+
+    return "eager" if bf16 and not packed and not torch.cuda.is_available() else "sdpa"

@@ -26,6 +26,7 @@ from trl import SFTConfig, SFTTrainer
 from evoharness.artifacts import load_dataset_folder
 from evoharness.harness.prompts import load_prompt_set
 from evoharness.training.decisions import decision_metrics
+from evoharness.training.hardware import training_attention
 from evoharness.training.react_view import react_examples
 from evoharness.training.sft_config import SFTSettings
 from evoharness.training.student_card import write_student_card
@@ -169,7 +170,8 @@ def train_sft(dataset_path: str, output_dir: str | Path, settings: SFTSettings,
     train, validation = prepare_splits(dataset_path, settings.prompt_set, settings.view)
     base = _base_model(settings, train, output / "base")
     tokenizer = AutoTokenizer.from_pretrained(base)
-    model = AutoModelForCausalLM.from_pretrained(base, dtype="auto")
+    model = AutoModelForCausalLM.from_pretrained(base, dtype="auto", attn_implementation=training_attention(
+        settings.attention, settings.bf16, packed=settings.padding_free))
     # the launcher's world size (accelerate launch / torchrun): batch_size stays the examples per optimizer step
     per_device, accumulation = settings.batch_layout(int(os.environ.get("WORLD_SIZE", "1")))
     config = SFTConfig(

@@ -8,7 +8,12 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, Field
 
 from evoharness.training.tiny_student import STUDENT_PRESETS, TinyStudentSpec
-from evoharness.training.trainer_utils import DDP_FIND_UNUSED_HELP, LoraSettings
+from evoharness.training.trainer_utils import (
+    ATTENTION_HELP,
+    DDP_FIND_UNUSED_HELP,
+    AttentionKernel,
+    LoraSettings,
+)
 
 STUDENT_PROMPT_SETS = {"bpe": "alfworld/bpe_student", "react": "alfworld/react_compact"}
 """The prompt set a student built here is trained and played with, per view."""
@@ -57,9 +62,10 @@ class SFTSettings(BaseModel):
                                 "training). Off: on a 2-core AMX CPU a bare bf16 step ran 1.66x faster compiled, the "
                                 "trainer's 150 steps not at all (1.0x; benchmarks/results/sft_compile.json).")
     ddp_find_unused_parameters: bool | None = Field(default=None, description=DDP_FIND_UNUSED_HELP)
+    attention: AttentionKernel = Field(default="auto", description=ATTENTION_HELP)
 
     OPERATIONAL: ClassVar[frozenset[str]] = frozenset({"torch_compile", "ddp_find_unused_parameters",
-                                                       "pad_to_multiple_of"})
+                                                       "pad_to_multiple_of", "attention"})
     """Fields that change how a run executes, not what it trains: not part of a model version's id."""
 
     def spec(self) -> TinyStudentSpec:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -23,6 +23,17 @@ DDP_FIND_UNUSED_HELP = (
     "processes ran at 0.92x the tokens/s without the search (benchmarks/results/ddp_unused.json); a "
     "mixture-of-experts model needs the search.")
 """The SFT and GRPO settings' ``ddp_find_unused_parameters`` description (one text for both)."""
+
+AttentionKernel = Literal["auto", "sdpa", "eager"]
+"""How the training passes compute attention: transformers' ``attn_implementation``, or ``auto``
+(:func:`evoharness.training.hardware.training_attention`)."""
+
+ATTENTION_HELP = (
+    "The attention kernel of the training passes (the same function; numerics only). auto: eager where they run in "
+    "bf16 on a CPU, sdpa elsewhere. On a Zen-4 core in bf16, torch's CPU flash kernel (sdpa) spends about a third "
+    "of a student's forward and backward in attention; eager's plain matmuls do not "
+    "(benchmarks/results/attention_kernels.json).")
+"""The SFT and GRPO settings' ``attention`` description (one text for both)."""
 
 
 class LoraSettings(BaseModel):

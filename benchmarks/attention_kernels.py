@@ -1,0 +1,144 @@
+"""The training passes with torch's SDPA attention against eager attention, side by side in one run (issue #28):
+SFT tokens/s and a GRPO step's scoring and loss passes, each arm the real trainer with the recipe's settings and only
+``attention`` set.
+
+    OMP_NUM_THREADS=1 python benchmarks/attention_kernels.py --model SFT_MODEL --dataset DATASET
+                                                             # writes benchmarks/results/attention_kernels.json
+
+SFT: ``train_sft`` for ``--sft-steps`` steps in its own process per arm (one thread), non-padding input tokens per
+second from its first logged step to its last, as ``sft_buckets.py`` measures. GRPO: ``build_grpo_trainer`` from
+``--model`` on recorded expert episodes rendered with the student's prompt set (``fixed_rollouts``), ``--grpo-steps``
+steps per arm, the arm's scoring plus loss seconds. The arms alternate over ``--repeats`` (drift in the machine's
+load hits both; each arm's best repeat counts) and train the same batches, so their last losses and final weights
+differ by numerics only, which the report states. The precision is the recipe's (``bf16: auto``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report import RESULTS, command_line, this_checkout_env, write_report
+
+KERNELS = ("sdpa", "eager")
+
+
+def sft_arm(dataset: str, recipe: str, attention: str, steps: int) -> dict[str, Any]:
+    """The recipe's SFT for ``steps`` steps in this process with ``attention``."""
+    import torch
+
+    from evoharness.training.recipes import load_recipe
+    from evoharness.training.sft import train_sft
+
+    torch.set_num_threads(1)
+    settings = load_recipe(recipe, [f"sft.max_steps={steps}", "sft.decision_turns=0", "sft.save_steps=100000",
+                                    "sft.logging_steps=5", f"sft.attention={attention}"]).sft
+    seen: list[tuple[float, float]] = []  # (time, non-padding input tokens seen) at each logged step
+
+    def on_log(logs: dict[str, float], step: int, max_steps: int) -> None:
+        if "num_input_tokens_seen" in logs:
+            seen.append((time.perf_counter(), logs["num_input_tokens_seen"]))
+
+    with tempfile.TemporaryDirectory() as folder:
+        result = train_sft(dataset, folder, settings, on_log=on_log)
+    (t0, n0), (t1, n1) = seen[0], seen[-1]  # from the first logged step: set-up and the first step left out
+    return {"attention": attention, "bf16": settings.bf16, "steps": result.steps,
+            "tokens_per_second": round((n1 - n0) / (t1 - t0), 1), "last_loss": result.train_loss}
+
+
+def grpo_arm(model: str, settings: Any, fixed: Any) -> dict[str, Any]:
+    """``settings.max_steps`` GRPO steps on the recorded episodes: scoring and loss seconds, final weights."""
+    import torch
+
+    from evoharness.training.grpo import build_grpo_trainer
+
+    with tempfile.TemporaryDirectory() as folder:
+        trainer = build_grpo_trainer(model, folder, settings, fixed)
+        trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "time/train_seconds" in entry]
+    return {"attention": trainer.model.config._attn_implementation, "bf16": settings.bf16,
+            "seconds": round(sum(float(e["time/scoring_seconds"]) + float(e["time/train_seconds"]) for e in logs), 2),
+            "turns": sum(float(e["samples/turns"]) for e in logs), "last_loss": float(logs[-1]["loss"]),
+            "weights": torch.cat([p.detach().flatten().float() for p in trainer.model.parameters()])}
+
+
+def grpo_part(model: str, recipe: str, games: int, steps: int, repeats: int) -> dict[str, Any]:
+    """Both arms of the GRPO part in this process, alternating."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from evoharness.envs.alfworld import GameCatalog
+    from evoharness.training.fixed_rollouts import record_expert_rollouts
+    from evoharness.training.recipes import load_recipe
+
+    torch.set_num_threads(1)
+    settings = load_recipe(recipe).grpo
+    game_ids = [g.game_id for g in GameCatalog().games("train", games)]
+    fixed = record_expert_rollouts(game_ids, AutoTokenizer.from_pretrained(model), group=settings.num_generations,
+                                   budgets=(70, 30, 15, 8), prompt_tokens=1024, completion_tokens=64,
+                                   prompt_set="alfworld/bpe_student")
+    base = settings.model_copy(update={"save_steps": None, "games_limit": games, "max_steps": steps,
+                                       "guided_per_group": 0, "logging_steps": 1})
+    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in KERNELS}
+    for _ in range(repeats):
+        for kernel in KERNELS:
+            runs[kernel].append(grpo_arm(model, base.model_copy(update={"attention": kernel}), fixed))
+            print("grpo", {k: v for k, v in runs[kernel][-1].items() if k != "weights"}, flush=True)
+    best = {k: min(rs, key=lambda r: r["seconds"]) for k, rs in runs.items()}
+    reference = best["sdpa"]["weights"]
+    tokens = [len(t.prompt_ids) + len(t.completion_ids) for r in fixed.episodes.values() for t in r.turns]
+    return {
+        "games": games, "steps": steps, "recorded_turns": fixed.turns,
+        "mean_tokens_per_turn": round(sum(tokens) / len(tokens), 1),
+        "runs": {k: [{f: v for f, v in r.items() if f != "weights"} for r in rs] for k, rs in runs.items()},
+        "best_seconds": {k: r["seconds"] for k, r in best.items()},
+        "ratio_eager_over_sdpa": round(best["sdpa"]["seconds"] / best["eager"]["seconds"], 2),
+        "weights_relative_difference": float((best["eager"]["weights"] - reference).norm() / reference.norm()),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="a trained student's model folder (GRPO's start)")
+    parser.add_argument("--dataset", required=True, help="a curated SFT dataset folder")
+    parser.add_argument("--recipe", default="small")
+    parser.add_argument("--sft-steps", type=int, default=40)
+    parser.add_argument("--grpo-steps", type=int, default=2)
+    parser.add_argument("--games", type=int, default=8, help="train games the expert plays for the GRPO part")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--output", type=Path, default=RESULTS / "attention_kernels.json")
+    parser.add_argument("--sft-arm", choices=KERNELS, help=argparse.SUPPRESS)  # run one SFT arm, print its JSON
+    args = parser.parse_args()
+    if args.sft_arm is not None:
+        print(json.dumps(sft_arm(args.dataset, args.recipe, args.sft_arm, args.sft_steps)))
+        return
+    sft_runs: list[dict[str, Any]] = []
+    for repeat in range(args.repeats):
+        for kernel in KERNELS:
+            done = subprocess.run([sys.executable, __file__, "--model", args.model, "--dataset", args.dataset,
+                                   "--recipe", args.recipe, "--sft-steps", str(args.sft_steps), "--sft-arm", kernel],
+                                  check=True, capture_output=True, text=True, env=os.environ | this_checkout_env())
+            sft_runs.append(json.loads(done.stdout.strip().splitlines()[-1]) | {"repeat": repeat})
+            print("sft", sft_runs[-1], flush=True)
+    sft_best = {k: max(r["tokens_per_second"] for r in sft_runs if r["attention"] == k) for k in KERNELS}
+    write_report(args.output, {
+        "benchmark": "attention_kernels", "command": f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} {command_line()}",
+        "sft": {"steps": args.sft_steps, "runs": sft_runs, "best_tokens_per_second": sft_best,
+                "ratio_eager_over_sdpa": round(sft_best["eager"] / sft_best["sdpa"], 2)},
+        "grpo": grpo_part(args.model, args.recipe, args.games, args.grpo_steps, args.repeats),
+        "note": "one process per arm, one thread; the arms alternate; the best repeat of each counts"})
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()
