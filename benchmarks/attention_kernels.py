@@ -18,42 +18,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import RESULTS, command_line, this_checkout_env, write_report
+from report import RESULTS, command_line, write_report
+from sft_buckets import arms_in_processes, timed_sft
 
 KERNELS = ("sdpa", "eager")
 
 
 def sft_arm(dataset: str, recipe: str, attention: str, steps: int) -> dict[str, Any]:
     """The recipe's SFT for ``steps`` steps in this process with ``attention``."""
-    import torch
-
-    from evoharness.training.recipes import load_recipe
-    from evoharness.training.sft import train_sft
-
-    torch.set_num_threads(1)
-    settings = load_recipe(recipe, [f"sft.max_steps={steps}", "sft.decision_turns=0", "sft.save_steps=100000",
-                                    "sft.logging_steps=5", f"sft.attention={attention}"]).sft
-    seen: list[tuple[float, float]] = []  # (time, non-padding input tokens seen) at each logged step
-
-    def on_log(logs: dict[str, float], step: int, max_steps: int) -> None:
-        if "num_input_tokens_seen" in logs:
-            seen.append((time.perf_counter(), logs["num_input_tokens_seen"]))
-
-    with tempfile.TemporaryDirectory() as folder:
-        result = train_sft(dataset, folder, settings, on_log=on_log)
-    (t0, n0), (t1, n1) = seen[0], seen[-1]  # from the first logged step: set-up and the first step left out
-    return {"attention": attention, "bf16": settings.bf16, "steps": result.steps,
-            "tokens_per_second": round((n1 - n0) / (t1 - t0), 1), "last_loss": result.train_loss}
+    settings, result, rate = timed_sft(dataset, recipe, steps, [f"sft.attention={attention}"])
+    return {"attention": attention, "bf16": settings.bf16, "steps": result.steps, "tokens_per_second": rate,
+            "last_loss": result.train_loss}
 
 
 def grpo_arm(model: str, settings: Any, fixed: Any) -> dict[str, Any]:
@@ -122,14 +105,9 @@ def main() -> None:
     if args.sft_arm is not None:
         print(json.dumps(sft_arm(args.dataset, args.recipe, args.sft_arm, args.sft_steps)))
         return
-    sft_runs: list[dict[str, Any]] = []
-    for repeat in range(args.repeats):
-        for kernel in KERNELS:
-            done = subprocess.run([sys.executable, __file__, "--model", args.model, "--dataset", args.dataset,
-                                   "--recipe", args.recipe, "--sft-steps", str(args.sft_steps), "--sft-arm", kernel],
-                                  check=True, capture_output=True, text=True, env=os.environ | this_checkout_env())
-            sft_runs.append(json.loads(done.stdout.strip().splitlines()[-1]) | {"repeat": repeat})
-            print("sft", sft_runs[-1], flush=True)
+    sft_runs = arms_in_processes(__file__, ["--model", args.model, "--dataset", args.dataset, "--recipe", args.recipe,
+                                            "--sft-steps", str(args.sft_steps)], "--sft-arm", list(KERNELS),
+                                 args.repeats)
     sft_best = {k: max(r["tokens_per_second"] for r in sft_runs if r["attention"] == k) for k in KERNELS}
     write_report(args.output, {
         "benchmark": "attention_kernels", "command": f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} {command_line()}",

@@ -102,15 +102,19 @@ def matmul_roofline(shapes: dict[str, int], rows: int, dtype: torch.dtype) -> fl
 
 
 def small_model(dtype: torch.dtype = torch.float32, shapes: dict[str, int] | None = None) -> Any:
-    """The randomly initialised ``small`` architecture, or one of ``shapes`` (no tokenizer needed: speed only)."""
+    """The randomly initialised ``small`` architecture, or one of ``shapes`` (no tokenizer needed: speed only), with
+    the attention kernel that training passes in ``dtype`` use (:func:`training_attention`)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from evoharness.training.hardware import training_attention
 
     s = shapes or student_shapes()
     torch.manual_seed(0)
     config = Qwen3Config(vocab_size=s["vocab"], hidden_size=s["hidden"], intermediate_size=s["intermediate"],
                          num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
                          num_key_value_heads=s["kv_heads"], head_dim=s["head_dim"], max_position_embeddings=2048,
-                         tie_word_embeddings=True)
+                         tie_word_embeddings=True,
+                         attn_implementation=training_attention("auto", bf16=dtype == torch.bfloat16))
     model: Any = Qwen3ForCausalLM(config)
     return model.to(dtype)
 

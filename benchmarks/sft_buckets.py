@@ -33,8 +33,10 @@ from report import command_line, this_checkout_env, write_report
 RESULTS = Path(__file__).resolve().parent / "results" / "sft_buckets.json"
 
 
-def arm(dataset: str, recipe: str, multiple: int, steps: int) -> dict[str, Any]:
-    """One arm in this process: the recipe's SFT for ``steps`` steps, batches padded to ``multiple`` (0: none)."""
+def timed_sft(dataset: str, recipe: str, steps: int, overrides: list[str]) -> tuple[Any, Any, float]:
+    """The recipe's SFT with ``overrides`` for ``steps`` steps in this process on one thread: its settings, its
+    result, and its non-padding input tokens per second from its first logged step to its last (set-up and the first
+    step left out; the recipe's measure)."""
     import time
 
     import torch
@@ -43,9 +45,8 @@ def arm(dataset: str, recipe: str, multiple: int, steps: int) -> dict[str, Any]:
     from evoharness.training.sft import train_sft
 
     torch.set_num_threads(1)
-    overrides = [f"sft.max_steps={steps}", "sft.decision_turns=0", "sft.save_steps=100000", "sft.logging_steps=10",
-                 *([f"sft.pad_to_multiple_of={multiple}"] if multiple else [])]
-    settings = load_recipe(recipe, overrides).sft
+    settings = load_recipe(recipe, [f"sft.max_steps={steps}", "sft.decision_turns=0", "sft.save_steps=100000",
+                                    "sft.logging_steps=10", *overrides]).sft
     seen: list[tuple[float, float]] = []  # (time, non-padding input tokens seen) at each logged step
 
     def on_log(logs: dict[str, float], step: int, max_steps: int) -> None:
@@ -54,10 +55,30 @@ def arm(dataset: str, recipe: str, multiple: int, steps: int) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory() as folder:
         result = train_sft(dataset, folder, settings, on_log=on_log)
-    (t0, n0), (t1, n1) = seen[0], seen[-1]  # from the first logged step: set-up and the first step left out
+    (t0, n0), (t1, n1) = seen[0], seen[-1]
+    return settings, result, round((n1 - n0) / (t1 - t0), 1)
+
+
+def arm(dataset: str, recipe: str, multiple: int, steps: int) -> dict[str, Any]:
+    """One arm in this process: the recipe's SFT for ``steps`` steps, batches padded to ``multiple`` (0: none)."""
+    settings, result, rate = timed_sft(dataset, recipe, steps,
+                                       [f"sft.pad_to_multiple_of={multiple}"] if multiple else [])
     return {"multiple": multiple, "bf16": settings.bf16, "steps": result.steps, "seconds": round(result.seconds, 1),
-            "tokens_per_second": round((n1 - n0) / (t1 - t0), 1), "last_loss": result.train_loss,
+            "tokens_per_second": rate, "last_loss": result.train_loss,
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+
+
+def arms_in_processes(script: str, args: list[str], flag: str, arms: list[str], repeats: int) -> list[dict[str, Any]]:
+    """``script args flag ARM`` for every arm, ``repeats`` times in turn, each in its own process (so its memory and
+    threads are its own); each prints its result as JSON on its last line."""
+    runs: list[dict[str, Any]] = []
+    for repeat in range(repeats):
+        for arm_value in arms:
+            done = subprocess.run([sys.executable, script, *args, flag, arm_value], check=True, capture_output=True,
+                                  text=True, env=os.environ | this_checkout_env())
+            runs.append(json.loads(done.stdout.strip().splitlines()[-1]) | {"repeat": repeat})
+            print(runs[-1], flush=True)
+    return runs
 
 
 def main() -> None:
@@ -73,14 +94,8 @@ def main() -> None:
     if args.arm is not None:
         print(json.dumps(arm(args.dataset, args.recipe, args.arm, args.steps)))
         return
-    runs: list[dict[str, Any]] = []
-    for repeat in range(args.repeats):
-        for multiple in args.multiples:
-            done = subprocess.run([sys.executable, __file__, "--dataset", args.dataset, "--recipe", args.recipe,
-                                   "--steps", str(args.steps), "--arm", str(multiple)], check=True,
-                                  capture_output=True, text=True, env=os.environ | this_checkout_env())
-            runs.append(json.loads(done.stdout.strip().splitlines()[-1]) | {"repeat": repeat})
-            print(runs[-1], flush=True)
+    runs = arms_in_processes(__file__, ["--dataset", args.dataset, "--recipe", args.recipe, "--steps",
+                                        str(args.steps)], "--arm", [str(m) for m in args.multiples], args.repeats)
     best = {m: max(r["tokens_per_second"] for r in runs if r["multiple"] == m) for m in args.multiples}
     baseline = best[args.multiples[0]]
     write_report(args.output, {
