@@ -19,13 +19,13 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from grpo_zero_advantage import train_arm
 from report import RESULTS, command_line, write_report
 from sft_buckets import arms_in_processes, timed_sft
 
@@ -41,18 +41,10 @@ def sft_arm(dataset: str, recipe: str, attention: str, steps: int) -> dict[str, 
 
 def grpo_arm(model: str, settings: Any, fixed: Any) -> dict[str, Any]:
     """``settings.max_steps`` GRPO steps on the recorded episodes: scoring and loss seconds, final weights."""
-    import torch
-
-    from evoharness.training.grpo import build_grpo_trainer
-
-    with tempfile.TemporaryDirectory() as folder:
-        trainer = build_grpo_trainer(model, folder, settings, fixed)
-        trainer.train()
-    logs = [entry for entry in trainer.state.log_history if "time/train_seconds" in entry]
-    return {"attention": trainer.model.config._attn_implementation, "bf16": settings.bf16,
-            "seconds": round(sum(float(e["time/scoring_seconds"]) + float(e["time/train_seconds"]) for e in logs), 2),
-            "turns": sum(float(e["samples/turns"]) for e in logs), "last_loss": float(logs[-1]["loss"]),
-            "weights": torch.cat([p.detach().flatten().float() for p in trainer.model.parameters()])}
+    run = train_arm(model, settings, fixed, every_turn=False)
+    return {"attention": settings.attention, "bf16": settings.bf16,
+            "seconds": round(sum(run["scoring_seconds"]) + sum(run["train_seconds"]), 2),
+            "turns": sum(run["turns"]), "last_loss": run["losses"][-1], "weights": run["weights"]}
 
 
 def grpo_part(model: str, recipe: str, games: int, steps: int, repeats: int) -> dict[str, Any]:
