@@ -62,7 +62,8 @@ def train_arm(model: str, settings: GRPOSettings, fixed: FixedRollouts, every_tu
     return {"skips": trainer.zero_advantage_trains_nothing, "seconds": round(seconds, 2),
             "scoring_seconds": per_step("time/scoring_seconds"), "train_seconds": per_step("time/train_seconds"),
             "turns": per_step("samples/turns"), "turns_trained": per_step("samples/turns_trained"),
-            "losses": [float(entry["loss"]) for entry in logs], "weights": torch.cat([p.detach().flatten().float() for p in trainer.model.parameters()])}
+            "losses": [float(entry["loss"]) for entry in logs],
+            "weights": torch.cat([p.detach().flatten().float() for p in trainer.model.parameters()])}
 
 
 def main() -> None:
