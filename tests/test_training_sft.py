@@ -66,6 +66,19 @@ def test_lora_adapters_are_merged_into_the_saved_model(curated: tuple[Path, str]
     assert result.steps == 2
 
 
+def test_padding_free_batches_train_as_padded_ones_and_refuse_what_they_cannot_truncate(
+        curated: tuple[Path, str], tmp_path: Path) -> None:
+    """``padding_free`` (one sequence per batch, positions restarting per example) gives the padded batches' first
+    loss, since attention stays per example; an example past ``max_length`` is an error, not silently kept."""
+    settings = {"max_steps": 1, "logging_steps": 1, "max_length": 2048, "attention": "sdpa"}
+    padded = train_sft(curated[1], tmp_path / "padded", tiny_sft_settings(**settings))
+    packed = train_sft(curated[1], tmp_path / "packed", tiny_sft_settings(**settings, padding_free=True))
+    assert packed.loss_history[0][1] == pytest.approx(padded.loss_history[0][1], rel=1e-3)
+    with pytest.raises(ValueError, match="over sft.max_length 64"):
+        train_sft(curated[1], tmp_path / "short", tiny_sft_settings(**settings | {"max_length": 64},
+                                                                   padding_free=True))
+
+
 def test_model_version_is_recorded_and_reused(curated_db: Path, tmp_path: Path) -> None:
     db = curated_db
     settings = tiny_sft_settings(max_steps=2, logging_steps=1, max_length=1024)

@@ -162,6 +162,14 @@ def steps_for_tokens(tokenized: Any, settings: SFTSettings) -> int:
     return max(1, round(settings.max_tokens / tokens_per_step))
 
 
+def _check_lengths(tokenized: Any, max_length: int) -> None:
+    """Raise if an example is longer than ``max_length`` tokens (padding-free batches are not truncated)."""
+    longest = max(len(ids) for ids in tokenized["input_ids"])
+    if longest > max_length:
+        raise ValueError(f"an example has {longest} tokens, over sft.max_length {max_length}; padding-free batches "
+                         "are not truncated: raise max_length or turn padding_free off")
+
+
 def train_sft(dataset_path: str, output_dir: str | Path, settings: SFTSettings,
               on_log: LogCallback | None = None) -> SFTResult:
     """Fine-tune ``settings.base_model`` on the dataset at ``dataset_path``; the merged model and its tokenizer
@@ -178,7 +186,8 @@ def train_sft(dataset_path: str, output_dir: str | Path, settings: SFTSettings,
         output_dir=str(output / "checkpoints"), num_train_epochs=settings.epochs, max_steps=settings.max_steps or -1,
         learning_rate=settings.learning_rate, lr_scheduler_type=settings.lr_scheduler,
         warmup_steps=settings.warmup_ratio, per_device_train_batch_size=per_device,
-        per_device_eval_batch_size=per_device, gradient_accumulation_steps=accumulation, max_length=settings.max_length,
+        per_device_eval_batch_size=per_device, gradient_accumulation_steps=accumulation,
+        max_length=None if settings.padding_free else settings.max_length,  # TRL truncates only padded batches
         completion_only_loss=True, bf16=settings.bf16, use_cpu=not torch.cuda.is_available(), seed=settings.seed,
         logging_steps=settings.logging_steps,
         logging_first_step=True,
@@ -194,6 +203,8 @@ def train_sft(dataset_path: str, output_dir: str | Path, settings: SFTSettings,
     trainer = SFTTrainer(model=model, args=config, train_dataset=train, eval_dataset=validation,
                          processing_class=tokenizer,
                          peft_config=settings.lora.peft_config() if settings.lora is not None else None)
+    if settings.padding_free:
+        _check_lengths(trainer.train_dataset, settings.max_length)
     if settings.max_tokens is not None:
         trainer.args.max_steps = steps_for_tokens(trainer.train_dataset, settings)
     route_logs(trainer, on_log)

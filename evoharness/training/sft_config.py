@@ -40,7 +40,9 @@ class SFTSettings(BaseModel):
     per_device_batch_size: int = Field(default=4, ge=1)
     max_length: int = Field(default=4096, ge=16, description="Tokens per example; longer ones are truncated.")
     group_by_length: bool = Field(default=False, description="Batch examples of similar length (less padding).")
-    padding_free: bool = Field(default=False, description="Concatenate a batch into one sequence, no padding.")
+    padding_free: bool = Field(default=False, description=(
+        "Concatenate a batch into one sequence, no padding (examples are then not truncated: one longer than "
+        "max_length is an error)."))
     pad_to_multiple_of: int | None = Field(default=None, ge=1, description=(
         "Pad each batch to a multiple of this many tokens (None: to its longest example); the padding is masked, so "
         "what is trained is the same. Fewer batch shapes hold less memory in bf16 on CPU: 64 gave 25 % less peak "
