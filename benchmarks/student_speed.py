@@ -236,7 +236,8 @@ def main() -> None:
             "ratio_to_padded": round(packed["sft_tokens_per_second"] / after["sft_tokens_per_second"], 2)}
     ratio = {}
     for key, value in before.items():
-        if isinstance(value, int | float) and value and isinstance(after.get(key), int | float):
+        speed = not isinstance(value, bool) and not key.endswith("loss")  # flags and losses are not speeds
+        if speed and isinstance(value, int | float) and value and isinstance(after.get(key), int | float):
             lower_is_better = key.endswith(("seconds", "seconds_per_step"))
             ratio[key] = round(value / after[key] if lower_is_better else after[key] / value, 2)
     roofline = json.loads(args.roofline.read_text())  # read last: benchmarks/roofline.py may run alongside
