@@ -101,9 +101,11 @@ def matmul_roofline(shapes: dict[str, int], rows: int, dtype: torch.dtype) -> fl
     return _rate(work, flops)
 
 
-def small_model(dtype: torch.dtype = torch.float32, shapes: dict[str, int] | None = None) -> Any:
-    """The randomly initialised ``small`` architecture, or one of ``shapes`` (no tokenizer needed: speed only), with
-    the attention kernel that training passes in ``dtype`` use (:func:`training_attention`)."""
+def small_model(dtype: torch.dtype = torch.float32, shapes: dict[str, int] | None = None,
+                passes: torch.dtype | None = None) -> Any:
+    """The randomly initialised ``small`` architecture in ``dtype``, or one of ``shapes`` (no tokenizer needed: speed
+    only), with the attention kernel that training passes in ``passes`` (None: ``dtype``) use
+    (:func:`training_attention`)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     from evoharness.training.hardware import training_attention
@@ -114,7 +116,7 @@ def small_model(dtype: torch.dtype = torch.float32, shapes: dict[str, int] | Non
                          num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
                          num_key_value_heads=s["kv_heads"], head_dim=s["head_dim"], max_position_embeddings=2048,
                          tie_word_embeddings=True,
-                         attn_implementation=training_attention("auto", bf16=dtype == torch.bfloat16))
+                         attn_implementation=training_attention("auto", bf16=(passes or dtype) == torch.bfloat16))
     model: Any = Qwen3ForCausalLM(config)
     return model.to(dtype)
 
@@ -139,6 +141,19 @@ def stage_rates(dtype: torch.dtype, shapes: dict[str, int] | None = None) -> dic
         optimizer.zero_grad()
 
     rates["sft"] = _rate(sft_step, train_flops, seconds=6)
+    if dtype == torch.bfloat16:  # the trainers' mixed precision: fp32 weights, gradients and AdamW, bf16 autocast
+        mixed = small_model(torch.float32, shapes, passes=torch.bfloat16)
+        mixed_optimizer = torch.optim.AdamW(mixed.parameters(), lr=1e-4)
+
+        def sft_autocast_step() -> None:
+            mixed.train()
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = mixed(input_ids=ids, labels=ids)
+            out.loss.backward()
+            mixed_optimizer.step()
+            mixed_optimizer.zero_grad()
+
+        rates["sft_autocast"] = _rate(sft_autocast_step, train_flops, seconds=6)
     model.eval()
     runner = Qwen3Runner(model)
     prompts = [list(map(int, torch.randint(0, shapes["vocab"], (PROMPT_TOKENS,)))) for _ in range(16)]
@@ -196,7 +211,7 @@ def main() -> None:
             key = f"{name}_{threads}t"
             stages[key] = {}
             for stage, rate in stage_rates(dtype).items():
-                shape = "rows_4096" if stage in ("sft", "prefill", "grpo_scoring") else f"rows_{stage.split('_')[1]}"
+                shape = "rows_4096" if stage in ("sft", "sft_autocast", "prefill", "grpo_scoring") else f"rows_{stage.split('_')[1]}"
                 stages[key][stage] = {"gflops": round(rate / 1e9, 2),
                                       "fraction_of_fp32": round(rate / 1e9 / roofline[f"fp32_{threads}t"][shape], 3),
                                       "fraction_of_bf16": round(rate / 1e9 / roofline[f"bf16_{threads}t"][shape], 3)}

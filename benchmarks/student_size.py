@@ -34,10 +34,10 @@ from evoharness.training.hardware import bf16_units
 from evoharness.training.tiny_student import TinyStudentSpec
 
 RESULTS = Path(__file__).resolve().parent / "results" / "student_size.json"
-CONTEXT = {"sft": PROMPT_TOKENS / 2, "prefill": PROMPT_TOKENS / 2, "decode_16": 320, "decode_64": 320,
+CONTEXT = {"sft": PROMPT_TOKENS / 2, "sft_autocast": PROMPT_TOKENS / 2, "prefill": PROMPT_TOKENS / 2, "decode_16": 320, "decode_64": 320,
            "grpo_scoring": (PROMPT_TOKENS + 24) / 2}
 """The mean attention context of each stage's tokens in ``roofline.stage_rates`` (to turn FLOP/s into tokens/s)."""
-TRAINED = {"sft": 3, "grpo_scoring": 3}
+TRAINED = {"sft": 3, "sft_autocast": 3, "grpo_scoring": 3}
 """Forward passes' worth of FLOPs per token of a training stage (forward and backward)."""
 
 
