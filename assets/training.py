@@ -176,9 +176,10 @@ def grpo_curriculum(context: dg.AssetExecutionContext, config: GRPORunConfig, al
 
 
 def curriculum_games(wh: Warehouse, recipe: Recipe, parent: str, data_root: str | None) -> list[str]:
-    """The train games ``parent`` lost at GRPO's budget (empty when it lost none)."""
+    """The train games ``parent`` lost at GRPO's budget among the curriculum's (empty when it lost none)."""
+    limit = recipe.curriculum.limit if recipe.curriculum is not None else None
     try:
-        return list(with_curriculum(wh, recipe.grpo, parent, data_root).games or [])
+        return list(with_curriculum(wh, recipe.grpo, parent, data_root, limit).games or [])
     except MissingInputError:
         return []
 

@@ -119,7 +119,7 @@ def grpo_settings(wh: Warehouse, recipe: Recipe, parent: str, curriculum_from: s
     with progress_reporter(f"{parent} curriculum (train games)") as update:
         play_curriculum(wh, parent, recipe.curriculum, recipe.grpo, new_run_id(),
                         on_progress=lambda split, done, total, record: update(done, total, split))
-    settings = with_curriculum(wh, recipe.grpo, parent)
+    settings = with_curriculum(wh, recipe.grpo, parent, limit=recipe.curriculum.limit)
     console.print(f"curriculum: {parent} lost {len(settings.games or [])} of its first {recipe.curriculum.limit} "
                   "train games; GRPO draws from them")
     return settings

@@ -39,6 +39,19 @@ def test_lost_games_are_the_ones_lost_at_that_budget(played: Path) -> None:
             lost_train_games(wh, "someone else", SHORT)
 
 
+def test_the_curriculum_draws_from_its_own_first_games_only(played: Path, catalog) -> None:
+    """A policy that played more train games than a curriculum's limit (a larger curriculum's screen, a DAgger
+    relabelling) gives that curriculum only the games it lost among the limit's first ones."""
+    first_two = [g.game_id for g in catalog.games("train", 2)]
+    with Warehouse(played) as wh:
+        assert lost_train_games(wh, "expert", SHORT, limit=2) == sorted(first_two)
+        assert len(lost_train_games(wh, "expert", SHORT)) == 4
+        assert with_curriculum(wh, tiny_grpo_settings(episode_steps=SHORT), "expert", limit=2).games == sorted(
+            first_two)
+        with pytest.raises(LookupError, match="no train game among the first 2 that 'expert' played at 70 steps"):
+            lost_train_games(wh, "expert", 70, limit=2)
+
+
 def test_grpo_draws_only_the_lost_games_and_names_them(played: Path) -> None:
     from evoharness.training.model_versions import version_id
 

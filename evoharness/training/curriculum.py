@@ -17,24 +17,29 @@ from evoharness.training.recipes import CurriculumSettings
 from warehouse import Warehouse
 
 
-def lost_train_games(wh: Warehouse, policy: str, max_steps: int, data_root: str | None = None) -> list[str]:
-    """The train games ``policy`` played to the end at ``max_steps`` and never won (by game id); games that are no
-    longer train games (the ``dev`` split is carved from train) are left out."""
+def lost_train_games(wh: Warehouse, policy: str, max_steps: int, data_root: str | None = None,
+                     limit: int | None = None) -> list[str]:
+    """The train games ``policy`` played to the end at ``max_steps`` and never won (by game id), among the catalog's
+    first ``limit`` train games (None: every train game it played); games that are no longer train games (the
+    ``dev`` split is carved from train) are left out."""
     _, rows = wh.query("lost_train_games", policy=policy, max_steps=max_steps)
-    train = {g.game_id for g in GameCatalog(data_root).games("train")}
+    train = {g.game_id for g in GameCatalog(data_root).games("train", limit)}
     lost = [game for (game,) in rows if game in train]
     if not lost:
-        raise MissingInputError(f"the warehouse holds no train game that {policy!r} played at {max_steps} steps and "
+        among = "" if limit is None else f" among the first {limit}"
+        raise MissingInputError(f"the warehouse holds no train game{among} that {policy!r} played at {max_steps} steps and "
                                 f"lost: play it on train games first (evoharness evaluate --model-version <version> "
-                                f"--split train --limit 200 --max-steps {max_steps})")
+                                f"--split train --limit {limit or 200} --max-steps {max_steps})")
     return lost
 
 
-def with_curriculum(wh: Warehouse, settings: GRPOSettings, policy: str, data_root: str | None = None
-                    ) -> GRPOSettings:
-    """``settings`` drawing only the train games ``policy`` lost at the settings' episode budget (recorded as
-    ``games`` and ``games_from``, so the model version names them); they replace ``games_limit``."""
-    games = lost_train_games(wh, policy, settings.episode_steps, data_root)
+def with_curriculum(wh: Warehouse, settings: GRPOSettings, policy: str, data_root: str | None = None,
+                    limit: int | None = None) -> GRPOSettings:
+    """``settings`` drawing only the train games ``policy`` lost at the settings' episode budget among the first
+    ``limit`` (a recipe's ``curriculum.limit``; None: all it played), recorded as ``games`` and ``games_from`` so
+    the model version names them; they replace ``games_limit``. The limit matters once the policy has played more
+    train games than the curriculum (a larger curriculum's screen, a DAgger round's relabelling)."""
+    games = lost_train_games(wh, policy, settings.episode_steps, data_root, limit)
     return GRPOSettings.model_validate(settings.model_dump() | {"games": games, "games_from": policy,
                                                                 "games_limit": None})
 
