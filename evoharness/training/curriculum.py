@@ -38,7 +38,7 @@ def with_curriculum(wh: Warehouse, settings: GRPOSettings, policy: str, data_roo
     """``settings`` drawing only the train games ``policy`` lost at the settings' episode budget among the first
     ``limit`` (a recipe's ``curriculum.limit``; None: all it played), recorded as ``games`` and ``games_from`` so
     the model version names them; they replace ``games_limit``. The limit matters once the policy has played more
-    train games than the curriculum (a larger curriculum's screen, a DAgger round's relabelling)."""
+    train games than the curriculum (a larger curriculum's screen)."""
     games = lost_train_games(wh, policy, settings.episode_steps, data_root, limit)
     return GRPOSettings.model_validate(settings.model_dump() | {"games": games, "games_from": policy,
                                                                 "games_limit": None})
