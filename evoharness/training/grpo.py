@@ -25,6 +25,7 @@ from evoharness.teachers.clients.hf_batching import Sampling
 from evoharness.training.grpo_config import GRPOSettings
 from evoharness.training.grpo_trainer import EpisodeGRPOTrainer, RolloutSource
 from evoharness.training.hardware import training_attention
+from evoharness.training.lm_head import score_positions
 from evoharness.training.reward import reward_functions
 from evoharness.training.rollout import RolloutEngine
 from evoharness.training.student_card import read_student_card, student_prompt_set, write_student_card
@@ -99,6 +100,7 @@ def build_grpo_trainer(model_path: str, output_dir: str | Path, settings: GRPOSe
         settings.attention, settings.bf16))
     # the launcher's world size (accelerate launch / torchrun set it); accelerate's state is set up by the config
     config = trl_config(settings, Path(output_dir) / "checkpoints", int(os.environ.get("WORLD_SIZE", "1")))
+    score_positions(settings.scored_positions)
     return EpisodeGRPOTrainer(model=model, reward_funcs=reward_functions(settings.reward), args=config,
                             train_dataset=dataset, processing_class=tokenizer,
                             peft_config=settings.lora.peft_config() if settings.lora is not None else None,

@@ -13,8 +13,10 @@ from evoharness.training.reward import RewardConfig
 from evoharness.training.trainer_utils import (
     ATTENTION_HELP,
     DDP_FIND_UNUSED_HELP,
+    SCORED_POSITIONS_HELP,
     AttentionKernel,
     LoraSettings,
+    ScoredPositions,
 )
 
 LOSS_NORMALIZATION = {"dapo": "tokens", "cispo": "tokens", "vespo": "tokens", "bnpo": "chunk_tokens",
@@ -86,6 +88,7 @@ class GRPOSettings(BaseModel):
                                          "(a large base needs it; a student built here does not).")
     ddp_find_unused_parameters: bool | None = Field(default=None, description=DDP_FIND_UNUSED_HELP)
     attention: AttentionKernel = Field(default="auto", description=ATTENTION_HELP)
+    scored_positions: ScoredPositions = Field(default="labelled", description=SCORED_POSITIONS_HELP)
     seed: int = 0
     logging_steps: int = Field(default=1, ge=1)
     loss_type: str = Field(default="dapo", description="TRL's loss type (see LOSS_NORMALIZATION for the supported).")
@@ -147,7 +150,7 @@ class GRPOSettings(BaseModel):
 
     OPERATIONAL: ClassVar[frozenset[str]] = frozenset({"per_device_train_batch_size", "save_steps",
                                                        "vllm_server_url", "ddp_find_unused_parameters",
-                                                       "attention"})
+                                                       "attention", "scored_positions"})
     """Fields that change how a run executes, not what it trains: not part of a model version's id."""
     ID_OMITTED_WHEN_OFF: ClassVar[frozenset[str]] = frozenset({"avoid_repeats", "games", "games_from",
                                                                "episode_level_loss", "guided_per_group",

@@ -27,6 +27,7 @@ from evoharness.artifacts import load_dataset_folder
 from evoharness.harness.prompts import load_prompt_set
 from evoharness.training.decisions import decision_metrics
 from evoharness.training.hardware import training_attention
+from evoharness.training.lm_head import score_positions
 from evoharness.training.react_view import react_examples
 from evoharness.training.sft_config import SFTSettings
 from evoharness.training.student_card import write_student_card
@@ -200,6 +201,7 @@ def train_sft(dataset_path: str, output_dir: str | Path, settings: SFTSettings,
         activation_checkpointing=settings.gradient_checkpointing,
         torch_compile=settings.torch_compile, ddp_find_unused_parameters=settings.ddp_find_unused_parameters,
     )
+    score_positions(settings.scored_positions)
     trainer = SFTTrainer(model=model, args=config, train_dataset=train, eval_dataset=validation,
                          processing_class=tokenizer,
                          peft_config=settings.lora.peft_config() if settings.lora is not None else None)

@@ -11,8 +11,10 @@ from evoharness.training.tiny_student import STUDENT_PRESETS, TinyStudentSpec
 from evoharness.training.trainer_utils import (
     ATTENTION_HELP,
     DDP_FIND_UNUSED_HELP,
+    SCORED_POSITIONS_HELP,
     AttentionKernel,
     LoraSettings,
+    ScoredPositions,
 )
 
 STUDENT_PROMPT_SETS = {"bpe": "alfworld/bpe_student", "react": "alfworld/react_compact"}
@@ -65,9 +67,11 @@ class SFTSettings(BaseModel):
                                 "trainer's 150 steps not at all (1.0x; benchmarks/results/sft_compile.json).")
     ddp_find_unused_parameters: bool | None = Field(default=None, description=DDP_FIND_UNUSED_HELP)
     attention: AttentionKernel = Field(default="auto", description=ATTENTION_HELP)
+    scored_positions: ScoredPositions = Field(default="labelled", description=SCORED_POSITIONS_HELP)
 
     OPERATIONAL: ClassVar[frozenset[str]] = frozenset({"torch_compile", "ddp_find_unused_parameters",
-                                                       "pad_to_multiple_of", "attention"})
+                                                       "pad_to_multiple_of", "attention",
+                                                       "scored_positions"})
     """Fields that change how a run executes, not what it trains: not part of a model version's id."""
 
     def spec(self) -> TinyStudentSpec:

@@ -35,6 +35,15 @@ ATTENTION_HELP = (
     "(benchmarks/results/attention_kernels.json).")
 """The SFT and GRPO settings' ``attention`` description (one text for both)."""
 
+ScoredPositions = Literal["labelled", "all"]
+"""The positions the fused LM head projects: ``labelled`` ones only, or ``all`` off Triton devices (TRL's choice)."""
+
+SCORED_POSITIONS_HELP = (
+    "The positions the fused LM head of the training passes projects through the vocabulary (the same "
+    "log-probabilities; speed only). labelled: only those with a label (a turn's completion); all: TRL's choice, "
+    "every position where Triton is absent, as on a CPU (benchmarks/results/student_speed_zen4.json).")
+"""The SFT and GRPO settings' ``scored_positions`` description (one text for both)."""
+
 
 class LoraSettings(BaseModel):
     """LoRA adapters (merged into the saved model after training)."""

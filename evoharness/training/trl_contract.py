@@ -1,4 +1,4 @@
-"""Every TRL internal that GRPO relies on, named in one place and checked against the installed TRL.
+"""Every TRL internal that the trainers rely on, named in one place and checked against the installed TRL.
 
 ``evoharness.training.grpo`` subclasses TRL's ``GRPOTrainer``. Where a public hook serves it is used
 (reward functions, ``TrainerCallback``, ``GRPOConfig``, ``unwrap_model_for_generation``, ``use_adapter``);
@@ -57,6 +57,10 @@ INTERNALS: tuple[Internal, ...] = (
              "trainer_utils.train_resumed: loads a run's final checkpoint (weights or adapters) without training "
              "again (SFT's trainer inherits it from transformers' Trainer too)",
              "it stops loading the weights a checkpoint holds, or is renamed"),
+    Internal("trl.trainer.utils", "_use_triton", ("device",),
+             "lm_head.score_positions: add_fused_lm_head projects only the labelled positions where it returns "
+             "True (SFT's and GRPO's training passes on a CPU)",
+             "add_fused_lm_head stops reading it from trl.trainer.utils at call time to choose compact scoring"),
 )
 
 ATTRIBUTES = ("num_generations", "scale_rewards", "reward_weights", "reward_func_names", "_metrics", "beta",
