@@ -35,8 +35,8 @@ RESULTS = Path(__file__).resolve().parent / "results" / "sft_buckets.json"
 
 def timed_sft(dataset: str, recipe: str, steps: int, overrides: list[str]) -> tuple[Any, Any, float]:
     """The recipe's SFT with ``overrides`` for ``steps`` steps in this process on one thread: its settings, its
-    result, and its non-padding input tokens per second from its first logged step to its last (set-up and the first
-    step left out; the recipe's measure)."""
+    result, and its non-padding input tokens per second from its first logged training step to its last (set-up, the
+    first step and the final evaluation left out; the recipe's measure)."""
     import time
 
     import torch
@@ -47,16 +47,25 @@ def timed_sft(dataset: str, recipe: str, steps: int, overrides: list[str]) -> tu
     torch.set_num_threads(1)
     settings = load_recipe(recipe, [f"sft.max_steps={steps}", "sft.decision_turns=0", "sft.save_steps=100000",
                                     "sft.logging_steps=10", *overrides]).sft
-    seen: list[tuple[float, float]] = []  # (time, non-padding input tokens seen) at each logged step
+    logged: list[tuple[float, dict[str, float]]] = []
 
     def on_log(logs: dict[str, float], step: int, max_steps: int) -> None:
-        if "num_input_tokens_seen" in logs:
-            seen.append((time.perf_counter(), logs["num_input_tokens_seen"]))
+        logged.append((time.perf_counter(), logs))
 
     with tempfile.TemporaryDirectory() as folder:
         result = train_sft(dataset, folder, settings, on_log=on_log)
-    (t0, n0), (t1, n1) = seen[0], seen[-1]
-    return settings, result, round((n1 - n0) / (t1 - t0), 1)
+    return settings, result, training_token_rate(logged)
+
+
+def training_token_rate(logged: list[tuple[float, dict[str, float]]]) -> float:
+    """Non-padding input tokens per second between the first and the last logged training step, from the trainer's
+    logs with the time each came. Only training steps' logs count: the run's summary and the final evaluation
+    (``train_sft`` evaluates the finished model) log the same token count later, and counting up to them would time
+    the evaluation too."""
+    steps = [(at, logs["num_input_tokens_seen"]) for at, logs in logged
+             if "loss" in logs and "num_input_tokens_seen" in logs]
+    (t0, n0), (t1, n1) = steps[0], steps[-1]
+    return round((n1 - n0) / (t1 - t0), 1)
 
 
 def arm(dataset: str, recipe: str, multiple: int, steps: int) -> dict[str, Any]:

@@ -13,7 +13,8 @@ each also as a fraction of the machine's roofline (a ``benchmarks/roofline.py`` 
   core for a whole split); the training passes with ``attention: auto`` (eager in bf16 on a CPU) and the LM head
   projecting only the labelled positions (``scored_positions: labelled``).
 * SFT: the recipe's own trainer (``train_sft``, padded length-grouped batches, the precision the hardware picks) for
-  ``--sft-steps`` steps in its own process per arm, one thread; TRL's ``padding_free`` packing is measured beside it
+  ``--sft-steps`` steps in its own process per arm, one thread, the arms alternating ``--sft-repeats`` times (the best
+  run of each counts); TRL's ``padding_free`` packing is measured beside it
   as ``sft_packed_alternative`` (SDPA then attends over the whole packed sequence with a block mask on a CPU).
 
 Evaluation plays the first ``--games`` games of each held-out split (all 274 with ``--games 0``) greedily; both paths
@@ -195,6 +196,8 @@ def main() -> None:
     parser.add_argument("--sweep-games", type=int, default=4)
     parser.add_argument("--in-flight", type=int, default=32)
     parser.add_argument("--sft-steps", type=int, default=40, help="Per SFT arm (the rate is taken from step 10 on).")
+    parser.add_argument("--sft-repeats", type=int, default=2, help="Runs of each SFT arm, alternating; the best "
+                        "counts.")
     parser.add_argument("--grpo-episode-steps", type=int, default=None, help="None: the recipe's (70).")
     parser.add_argument("--skip", nargs="*", default=[], choices=["eval", "grpo", "sft"])
     parser.add_argument("--roofline", type=Path, default=ROOFLINE, help="This machine's benchmarks/roofline.py result.")
@@ -235,8 +238,13 @@ def main() -> None:
             print("grpo", before.get("grpo_seconds_per_step"), after.get("grpo_seconds_per_step"), flush=True)
     if args.dataset and "sft" not in args.skip:
         runs = arms_in_processes(__file__, ["--model", args.model, "--dataset", args.dataset, "--sft-steps",
-                                            str(args.sft_steps)], "--sft-arm", list(SFT_ARMS), repeats=1)
-        arms = {name: {k: v for k, v in run.items() if k != "repeat"} for name, run in zip(SFT_ARMS, runs, strict=True)}
+                                            str(args.sft_steps)], "--sft-arm", list(SFT_ARMS), args.sft_repeats)
+        for run, name in zip(runs, list(SFT_ARMS) * args.sft_repeats, strict=True):
+            run["arm"] = name
+        report["sft_runs"] = runs
+        arms = {name: {k: v for k, v in max((r for r in runs if r["arm"] == name),
+                                            key=lambda r: r["sft_tokens_per_second"]).items()
+                       if k not in ("repeat", "arm")} for name in SFT_ARMS}  # each arm's best run
         before |= arms["before"]
         after |= arms["after"]
         packed = arms["packed"]

@@ -14,7 +14,7 @@ from evoharness.training.model_versions import teacher_datasets
 from evoharness.training.sft import prepare_splits, to_prompt_completion, train_sft
 from evoharness.training.student_card import read_student_card
 from evoharness.training.trainer_utils import LoraSettings
-from tests.conftest import tiny_sft_settings, train_sft_version
+from tests.conftest import benchmark_module, tiny_sft_settings, train_sft_version
 from warehouse import Warehouse
 
 FAST = {"max_steps": 12, "logging_steps": 2, "max_length": 2048}
@@ -39,6 +39,12 @@ def test_tiny_student_learns_and_plays(curated: tuple[Path, str], tmp_path: Path
     assert result.loss_history[-1][1] < result.loss_history[0][1] - 1.0  # a random init starts near ln(vocab)
     assert result.eval_loss is not None and result.eval_loss < result.loss_history[0][1]
     assert any("loss" in entry for _, entry in logs)  # progress reached the callback
+    # the SFT benchmarks' rate spans the training steps' logs only, not the final evaluation logged after them
+    timed = [(float(at), entry) for at, (_, entry) in enumerate(logs)]
+    steps = [(at, entry["num_input_tokens_seen"]) for at, entry in timed if "loss" in entry]
+    assert any("eval_loss" in entry and "num_input_tokens_seen" in entry for _, entry in timed[int(steps[-1][0]) + 1:])
+    assert benchmark_module("sft_buckets").training_token_rate(timed) == round(
+        (steps[-1][1] - steps[0][1]) / (steps[-1][0] - steps[0][0]), 1)
     template = (Path(result.model_dir) / "tokenizer_config.json").read_text() + "".join(
         p.read_text() for p in Path(result.model_dir).glob("*.jinja"))
     assert "<|im_start|>" in template and "enable_thinking" in template  # the official Qwen3 chat format
