@@ -5,7 +5,7 @@ that setting (in ``sft`` and ``grpo`` alike) set: the attention kernel, or the p
     OMP_NUM_THREADS=1 python benchmarks/training_passes.py --model SFT_MODEL --dataset DATASET \
         --setting attention --values sdpa eager --output benchmarks/results/attention_kernels.json
     OMP_NUM_THREADS=1 python benchmarks/training_passes.py --model SFT_MODEL --dataset DATASET \
-        --setting scored_positions --values all labelled --output benchmarks/results/scored_positions.json
+        --setting scored_positions --values all labelled   # writes benchmarks/results/scored_positions.json
 
 SFT: ``train_sft`` for ``--sft-steps`` steps in its own process per arm (one thread), non-padding input tokens per
 second from its first logged training step to its last, as ``sft_buckets.py`` measures. GRPO: ``build_grpo_trainer`` from
@@ -28,7 +28,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grpo_zero_advantage import train_arm
-from report import command_line, write_report
+from report import RESULTS, command_line, write_report
 from sft_buckets import arms_in_processes, timed_sft
 
 SETTINGS = ("attention", "scored_positions")
@@ -99,7 +99,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--setting", choices=SETTINGS, required=True)
     parser.add_argument("--values", nargs=2, required=True, help="the setting's value before, then after")
-    parser.add_argument("--output", type=Path, required=True)
+    parser.add_argument("--output", type=Path, default=None, help="default: benchmarks/results/SETTING.json")
     parser.add_argument("--sft-arm", help=argparse.SUPPRESS)  # run one SFT arm, print its JSON
     args = parser.parse_args()
     if args.sft_arm is not None:
@@ -108,10 +108,11 @@ def main() -> None:
     first, second = args.values
     sft_runs = arms_in_processes(__file__, ["--model", args.model, "--dataset", args.dataset, "--recipe", args.recipe,
                                             "--sft-steps", str(args.sft_steps), "--setting", args.setting,
-                                            "--values", first, second, "--output", str(args.output)],
+                                            "--values", first, second],
                                  "--sft-arm", args.values, args.repeats)
     sft_best = {v: max(r["tokens_per_second"] for r in sft_runs if r["value"] == v) for v in args.values}
-    write_report(args.output, {
+    output = args.output or RESULTS / f"{args.setting}.json"
+    write_report(output, {
         "benchmark": "training_passes", "setting": args.setting,
         "command": f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} {command_line()}",
         "sft": {"steps": args.sft_steps, "runs": sft_runs, "best_tokens_per_second": sft_best,
@@ -119,7 +120,7 @@ def main() -> None:
         "grpo": grpo_part(args.model, args.recipe, args.setting, args.values, args.games, args.grpo_steps,
                           args.repeats),
         "note": "one process per arm, one thread; the arms alternate; the best repeat of each counts"})
-    print(f"wrote {args.output}")
+    print(f"wrote {output}")
 
 
 if __name__ == "__main__":
