@@ -186,3 +186,59 @@ def test_stopping_the_worker_waits_for_it_and_the_next_turn_starts_another(conti
     assert not worker.is_alive() and continuous._worker is None
     assert _generate_all(continuous) == first
     continuous.stop_worker()
+
+
+def test_a_bf16_runner_decodes_from_bf16_copies_and_scores_in_the_stored_precision(
+        model_and_tokenizer: tuple[Any, Any]) -> None:
+    """``compute_dtype="bfloat16"``: the layers and the key/value cache are bf16 copies (the model's own weights and
+    rotary frequencies stay as stored), the logits come out in fp32 and close to the fp32 runner's, and a token decoded
+    against the bf16 cache scores as the same token prefilled does."""
+    import torch
+
+    from evoharness.teachers.clients.fast_decode import DecodeState, Qwen3Runner
+
+    model, tokenizer = model_and_tokenizer
+    stored = {name: p.detach().clone() for name, p in model.named_parameters()}
+    prompts = [tokenizer(text)["input_ids"] for text in PROMPTS[:3]]
+    with torch.no_grad():
+        runners = {dtype: Qwen3Runner(model, dtype) for dtype in (None, "bfloat16")}
+        logits = {}
+        for dtype, runner in runners.items():
+            state = DecodeState.empty(runner, 4, 64)
+            first = runner.prefill(state, [0, 1, 2], prompts)
+            logits[dtype] = (first, runner.decode(state, 3, first.argmax(-1)))
+        bf16 = runners["bfloat16"]
+        whole = bf16.prefill(DecodeState.empty(bf16, 4, 64), [0, 1, 2],
+                             [p + [int(t)] for p, t in zip(prompts, logits["bfloat16"][0].argmax(-1), strict=True)])
+    assert bf16.dtype == torch.bfloat16 and all(p.dtype == torch.bfloat16 for p in bf16.layers[0].parameters())
+    assert DecodeState.empty(bf16, 1, 8).keys[0].dtype == torch.bfloat16
+    assert all(torch.equal(p, stored[name]) and p.dtype == torch.float32 for name, p in model.named_parameters())
+    assert model.model.rotary_emb.inv_freq.dtype == torch.float32
+    for full, low in zip(logits[None], logits["bfloat16"], strict=True):
+        assert low.dtype == torch.float32
+        assert 0 < (full - low).abs().max() < 0.05 * full.abs().max()
+    assert (whole - logits["bfloat16"][1]).abs().max() < 0.05 * whole.abs().max()
+    with pytest.raises(ValueError, match="not a torch dtype"):
+        Qwen3Runner(model, "bf16")
+
+
+def test_the_batch_engine_decodes_under_autocast_in_the_compute_dtype(model_and_tokenizer: tuple[Any, Any],
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where a model is not one the runner reproduces, ``compute_dtype`` reaches ``generate`` as autocast."""
+    import torch
+
+    model, tokenizer = model_and_tokenizer
+    seen: list[tuple[bool, torch.dtype]] = []
+    generate = model.generate
+
+    def spying(*args: Any, **kwargs: Any) -> Any:
+        seen.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")))
+        return generate(*args, **kwargs)
+
+    monkeypatch.setattr(model, "generate", spying)
+    prompts = [tokenizer(text)["input_ids"] for text in PROMPTS[:2]]
+    for dtype in (None, "bfloat16"):
+        completions = BatchGenerator(model, tokenizer, engine="batch", compute_dtype=dtype).run_batch(prompts, GREEDY)
+        assert all(0 < len(c) <= GREEDY.max_new_tokens for c in completions)
+    assert seen == [(False, seen[0][1]), (True, torch.bfloat16)]
+    assert all(p.dtype == torch.float32 for p in model.parameters())

@@ -231,6 +231,20 @@ def test_rollouts_avoiding_repeats_never_repeat_a_command_in_a_state(tmp_path: P
             tiny_grpo_settings(avoid_repeats=True, vllm_server_url="http://127.0.0.1:8000")
 
 
+@pytest.mark.parametrize(("bf16", "bf16_rollouts", "expected"), [(True, True, "bfloat16"), (True, False, None),
+                                                               (False, True, None)])
+def test_rollouts_decode_in_bf16_only_where_the_training_passes_run_in_it(bf16: bool, bf16_rollouts: bool,
+                                                                         expected: str | None) -> None:
+    from evoharness.training.grpo import rollout_engine
+
+    settings = tiny_grpo_settings(bf16=bf16, bf16_rollouts=bf16_rollouts)
+    engine = rollout_engine(settings, None, None, None)
+    engine.close()
+    assert engine.compute_dtype == expected
+    with pytest.raises(ValueError, match="bf16_rollouts"):
+        tiny_grpo_settings(bf16_rollouts=True, vllm_server_url="http://127.0.0.1:8000")
+
+
 def test_guided_episodes_are_the_first_of_each_group_and_only_they_avoid_repeats(tmp_path: Path) -> None:
     """With ``guided_per_group`` 1 of groups of 2, the first episode of each group (by its position in the step's
     global batch, so a second process's share is guided alike) decodes without repeats and the second loops as the
@@ -343,6 +357,7 @@ def test_long_run_levers_reach_trls_config_and_name_new_versions_only_when_on(tm
         "ramp": base.model_copy(update={"reward": RewardConfig(call_cost=0.05, call_cost_ramp_steps=6)}),
         "flat": base.model_copy(update={"reward": RewardConfig(call_cost=0.05)}),
         "progress": base.model_copy(update={"reward": RewardConfig(progress_weight=1.0)}),
+        "bf16 rollouts": base.model_copy(update={"bf16_rollouts": True}),
     }.items()}
     assert len(set(ids.values())) == len(ids)  # while off, none is in the id: tests/test_recipes.py pins old ids
 

@@ -153,7 +153,7 @@ def rollout_engine(settings: GRPOSettings, bank: ExperienceBankData | None, data
         load_prompt_set(prompt_set), run_settings,
         Sampling(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature),
         data_root=data_root, engine=engine, vllm_server_url=settings.vllm_server_url,
-        guided=settings.guided,
+        guided=settings.guided, compute_dtype="bfloat16" if settings.bf16 and settings.bf16_rollouts else None,
     )
 
 

@@ -83,7 +83,11 @@ class GRPOSettings(BaseModel):
     lr_scheduler: Literal["linear", "cosine", "constant"] | None = Field(default=None, description=(
         "The learning rate over the run after warm-up; None: TRL's default, linear decay to 0 at the last step."))
     bf16: bool = Field(default=False, description="bf16 mixed precision in the training passes (GPUs; CPUs with "
-                       "bf16 units). Rollouts generate with the weights as stored.")
+                       "bf16 units). Rollouts generate with the weights as stored unless bf16_rollouts.")
+    bf16_rollouts: bool = Field(default=False, description=(
+        "With bf16 on, rollouts decode in bf16 too: a bf16 copy of the policy's embedding and layers each step, the "
+        "final norm, LM head and sampling in the stored precision (local generation only). Off, or with bf16 off: "
+        "rollouts decode with the weights as stored."))
     gradient_checkpointing: bool = Field(default=True, description="Recompute activations in the backward pass "
                                          "(a large base needs it; a student built here does not).")
     ddp_find_unused_parameters: bool | None = Field(default=None, description=DDP_FIND_UNUSED_HELP)
@@ -106,6 +110,8 @@ class GRPOSettings(BaseModel):
         if (self.avoid_repeats or self.guided_per_group) and self.vllm_server_url is not None:
             raise ValueError("avoid_repeats and guided_per_group work through constrained decoding, which a vLLM "
                              "server does not apply")
+        if self.bf16_rollouts and self.vllm_server_url is not None:
+            raise ValueError("bf16_rollouts sets the precision of local generation; a vLLM server decodes in its own")
         if self.guided_per_group and (self.avoid_repeats or self.guided_per_group >= self.num_generations):
             raise ValueError(f"guided_per_group ({self.guided_per_group}) guides some of a group's "
                              f"{self.num_generations} episodes and leaves at least one to the policy (avoid_repeats "
@@ -155,5 +161,5 @@ class GRPOSettings(BaseModel):
     ID_OMITTED_WHEN_OFF: ClassVar[frozenset[str]] = frozenset({"avoid_repeats", "games", "games_from",
                                                                "episode_level_loss", "guided_per_group",
                                                                "guided_until_step", "ref_sync_steps",
-                                                               "lr_scheduler"})
+                                                               "lr_scheduler", "bf16_rollouts"})
     """Switches added after versions were trained: left out of the id while off, so those versions keep theirs."""

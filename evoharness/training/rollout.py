@@ -92,14 +92,17 @@ class RolloutEngine:
     step)`` says which episodes of a step (by their position in its global batch) decode without repeats (none by
     default).
     ``generation`` is the local generator's engine (:class:`BatchGenerator`): ``continuous`` by default, ``batch``
-    for the path before (``benchmarks/student_speed.py`` compares them)."""
+    for the path before (``benchmarks/student_speed.py`` compares them); ``compute_dtype`` the precision it decodes
+    in (None: the weights as stored)."""
 
     generation: Engine = "continuous"
 
     def __init__(self, prompt_set: PromptSet, settings: RunSettings, sampling: Sampling, max_batch: int = 16,
                  data_root: str | None = None, engine: str | None = None,
-                 vllm_server_url: str | None = None, guided: Callable[[int, int], bool] | None = None) -> None:
+                 vllm_server_url: str | None = None, guided: Callable[[int, int], bool] | None = None,
+                 compute_dtype: str | None = None) -> None:
         self.prompt_set, self.settings, self.sampling, self.max_batch = prompt_set, settings, sampling, max_batch
+        self.compute_dtype = compute_dtype
         self.vllm_server_url, self.guided = vllm_server_url, guided or (lambda position, step: False)
         self.catalog = GameCatalog(data_root)
         self.pool = EnvPool(workers=0 if engine in (None, "fast") else None, engine=engine)
@@ -131,7 +134,8 @@ class RolloutEngine:
 
     def _generator(self, model: Any, tokenizer: Any) -> BatchGenerator:
         if self.vllm_server_url is None:
-            return BatchGenerator(model, tokenizer, max_batch=self.max_batch, engine=self.generation)
+            return BatchGenerator(model, tokenizer, max_batch=self.max_batch, engine=self.generation,
+                                  compute_dtype=self.compute_dtype)
         from evoharness.training.vllm_generation import VLLMServerGenerator
 
         return VLLMServerGenerator(model, tokenizer, max_batch=self.max_batch, base_url=self.vllm_server_url)

@@ -53,10 +53,12 @@ class DecoderStats:
 
 
 class ContinuousDecoder:
-    """Up to ``slots`` completions of ``model`` (a :meth:`Qwen3Runner.supports` model) decoded together."""
+    """Up to ``slots`` completions of ``model`` (a :meth:`Qwen3Runner.supports` model) decoded together, computed in
+    ``compute_dtype`` (see :class:`Qwen3Runner`; None: the weights as stored)."""
 
-    def __init__(self, model: Any, eos: int, slots: int, seed: int | None = None) -> None:
-        self.runner, self.eos, self.slots = Qwen3Runner(model), eos, slots
+    def __init__(self, model: Any, eos: int, slots: int, seed: int | None = None,
+                 compute_dtype: str | None = None) -> None:
+        self.runner, self.eos, self.slots = Qwen3Runner(model, compute_dtype), eos, slots
         self.state = DecodeState.empty(self.runner, slots + 1, 512)  # the last slot holds the shared prefix
         self.rows: list[Row] = []
         self.logits: torch.Tensor | None = None  # [rows, vocab]: the next token's logits of every row

@@ -6,10 +6,15 @@ prefilled packed, without padding, each against its own causal context, and a de
 active slot against that slot's own length. What ``generate`` spends on a batch (left padding to its longest prompt,
 every row kept until its longest completion ends, per-step cache and mask rebuilding) is gone; the logits differ
 from ``generate``'s by floating-point summation order only.
+
+A runner may compute in a lower precision than the weights are stored in (``compute_dtype``): it then decodes with a
+copy of the embedding and decoder layers in that precision (and keeps its key/value cache in it), while the rotary
+frequencies, the final norm and the LM head stay the model's own, so the logits come out in the stored precision.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,14 +30,18 @@ def _apply_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
 
 
 class Qwen3Runner:
-    """Prefill and decode passes of a ``Qwen3ForCausalLM`` (full attention) through its own modules."""
+    """Prefill and decode passes of a ``Qwen3ForCausalLM`` (full attention) through its own modules, or through
+    copies of its embedding and layers in ``compute_dtype`` (a torch dtype name such as ``"bfloat16"``; None: the
+    weights as stored)."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, compute_dtype: str | None = None) -> None:
         inner, config = model.model, model.config
         self.model = model
-        self.layers = list(inner.layers)
-        self.embed, self.norm, self.rotary, self.lm_head = inner.embed_tokens, inner.norm, inner.rotary_emb, \
-            model.lm_head
+        self.layers, self.embed = list(inner.layers), inner.embed_tokens
+        self.norm, self.rotary, self.lm_head = inner.norm, inner.rotary_emb, model.lm_head
+        self.head_dtype = self.lm_head.weight.dtype
+        if compute_dtype is not None and torch_dtype(compute_dtype) != self.embed.weight.dtype:
+            self.layers, self.embed = _copies([*self.layers, self.embed], torch_dtype(compute_dtype))
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         self.groups = self.heads // self.kv_heads
@@ -103,7 +112,7 @@ class Qwen3Runner:
         last = hidden[0, [b - 1 for _, b, _ in spans]]
         for slot, prompt in zip(slots, prompts, strict=True):
             state.lengths[slot] = len(prompt)
-        return self.lm_head(self.norm(last))
+        return self._logits(last)
 
     def decode(self, state: DecodeState, rows: int, tokens: torch.Tensor) -> torch.Tensor:
         """One token for each of the slots ``0..rows-1`` (``tokens`` [rows]): append its keys and values and return
@@ -127,7 +136,25 @@ class Qwen3Runner:
                                                  attn_mask=mask, scale=self.scaling)
             hidden = self._finish_layer(layer, hidden, out.reshape(rows, 1, self.heads * self.head_dim))
         state.lengths[:rows] += 1
-        return self.lm_head(self.norm(hidden[:, 0]))
+        return self._logits(hidden[:, 0])
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The next-token logits of final hidden states, through the model's own final norm and LM head."""
+        return self.lm_head(self.norm(hidden.to(self.head_dtype)))
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """The floating-point torch dtype called ``name`` (``"bfloat16"``, ``"float16"``, ``"float32"``)."""
+    dtypes = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+    if name not in dtypes:
+        raise ValueError(f"{name!r} is not a torch dtype to compute in: one of {sorted(dtypes)}")
+    return dtypes[name]
+
+
+def _copies(modules: list[Any], dtype: torch.dtype) -> tuple[list[Any], Any]:
+    """Frozen copies of the decoder layers and the embedding (the last of ``modules``) in ``dtype``."""
+    copied = [copy.deepcopy(module).to(dtype).requires_grad_(False) for module in modules]
+    return copied[:-1], copied[-1]
 
 
 @dataclass

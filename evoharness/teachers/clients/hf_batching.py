@@ -22,6 +22,7 @@ import threading
 import weakref
 from collections import defaultdict, deque
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -59,6 +60,7 @@ class BatchGenerator:
     max_batch: int = 16  # rows per batch; the continuous engine's slots (turns in flight)
     seed: int | None = None
     engine: Engine = "continuous"  # falls back to "batch" where the model is not a Qwen3 (see continuous_ready)
+    compute_dtype: str | None = None  # "bfloat16": decode in it (continuous: see Qwen3Runner; batch: autocast)
     batch_sizes: list[int] = field(default_factory=list)  # every batch run (engine "batch"), for tests
     applies_constraints: ClassVar[bool] = True  # a row with a constraint only gets the tokens it allows
     _pending: dict[Sampling, list[_Request]] = field(default_factory=lambda: defaultdict(list))
@@ -148,7 +150,8 @@ class BatchGenerator:
     def _decoder(self) -> Any:
         from evoharness.teachers.clients.continuous import ContinuousDecoder
 
-        decoder = ContinuousDecoder(self.model, self.tokenizer.eos_token_id, self.max_batch, self.seed)
+        decoder = ContinuousDecoder(self.model, self.tokenizer.eos_token_id, self.max_batch, self.seed,
+                                    self.compute_dtype)
         self.decoder_stats.append(decoder.stats)
         return decoder
 
@@ -224,13 +227,17 @@ class BatchGenerator:
         constraint only ever gets the tokens it allows."""
         import torch
 
+        from evoharness.teachers.clients.fast_decode import torch_dtype
+
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         eos = self.tokenizer.eos_token_id
         width = max(len(p) for p in prompts)
         input_ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts], device=self.model.device)
         attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.model.device)
         sample = bool(sampling.temperature)
-        with self._lock, torch.no_grad():
+        precision = nullcontext() if self.compute_dtype is None else \
+            torch.autocast(self.model.device.type, dtype=torch_dtype(self.compute_dtype))
+        with self._lock, torch.no_grad(), precision:
             if self.seed is not None:
                 torch.manual_seed(self.seed)
             out = self.model.generate(
