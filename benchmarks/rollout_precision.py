@@ -7,7 +7,8 @@ One process, one thread, as one GRPO training process rolls out: the ``small`` r
 sampling, step budget, guided episodes and continuous batch) plays ``--games`` train games x the recipe's group
 size from ``MODEL_DIR``, once per arm, the arms alternating ``--repeats`` times (the best run of each counts).
 Sampled episodes take other paths under other numerics, so the arms are compared per turn and per generated
-token, not per episode; won episodes are reported to show that the bf16 policy still plays, not to rank it (that is
+token, not per episode; the continuous batch's occupancy (rows per decode step) shows how much of a run its
+longest episodes' tail took; won episodes are reported to show that the bf16 policy still plays, not to rank it (that is
 the ``dev`` screen's job: ``benchmarks/students.py``).
 """
 
@@ -46,6 +47,14 @@ def play(model_dir: str, games: int, bf16_rollouts: bool) -> dict[str, Any]:
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     game_ids = [g for g in training_games(settings)[:games] for _ in range(settings.num_generations)]
+    generators: list[Any] = []
+    make_generator = engine._generator
+
+    def kept_generator(*args: Any) -> Any:
+        generators.append(make_generator(*args))
+        return generators[-1]
+
+    engine._generator = kept_generator  # type: ignore[method-assign,assignment]
     try:
         started = time.perf_counter()
         rollouts = engine.play(game_ids, model, tokenizer, round_id=0)
@@ -54,12 +63,15 @@ def play(model_dir: str, games: int, bf16_rollouts: bool) -> dict[str, Any]:
         engine.close()
     turns = [t for r in rollouts for t in r.turns]
     generated = sum(len(t.completion_ids) for t in turns)
+    rows = [n for g in generators for stats in g.decoder_stats for n in stats.rows_per_step]
     return {"seconds": round(seconds, 2), "episodes": len(rollouts), "turns": len(turns),
             "won": sum(r.record.won for r in rollouts),
             "prompt_tokens_per_turn": round(sum(len(t.prompt_ids) for t in turns) / len(turns), 1),
             "completion_tokens_per_turn": round(generated / len(turns), 1),
             "ms_per_turn": round(1000 * seconds / len(turns), 1),
-            "generated_tokens_per_second": round(generated / seconds, 1)}
+            "generated_tokens_per_second": round(generated / seconds, 1),
+            "decode_steps": len(rows), "mean_rows_per_decode_step": round(sum(rows) / len(rows), 1),
+            "decode_steps_with_at_most_4_rows": round(sum(n <= 4 for n in rows) / len(rows), 2)}
 
 
 def main() -> None:
