@@ -87,7 +87,8 @@ class GRPOSettings(BaseModel):
     bf16_rollouts: bool = Field(default=False, description=(
         "With bf16 on, rollouts decode in bf16 too: a bf16 copy of the policy's embedding and layers each step, the "
         "final norm, LM head and sampling in the stored precision (local generation only). Off, or with bf16 off: "
-        "rollouts decode with the weights as stored."))
+        "rollouts decode with the weights as stored. Off by default: 1.23x a turn on a Zen-4 CPU, bound by a step's "
+        "longest episodes (benchmarks/results/rollout_precision.json), and not screened on dev."))
     gradient_checkpointing: bool = Field(default=True, description="Recompute activations in the backward pass "
                                          "(a large base needs it; a student built here does not).")
     ddp_find_unused_parameters: bool | None = Field(default=None, description=DDP_FIND_UNUSED_HELP)
@@ -111,7 +112,7 @@ class GRPOSettings(BaseModel):
             raise ValueError("avoid_repeats and guided_per_group work through constrained decoding, which a vLLM "
                              "server does not apply")
         if self.bf16_rollouts and self.vllm_server_url is not None:
-            raise ValueError("bf16_rollouts sets the precision of local generation; a vLLM server decodes in its own")
+            raise ValueError("bf16_rollouts sets the precision of local generation; a vLLM server decodes in its own dtype")
         if self.guided_per_group and (self.avoid_repeats or self.guided_per_group >= self.num_generations):
             raise ValueError(f"guided_per_group ({self.guided_per_group}) guides some of a group's "
                              f"{self.num_generations} episodes and leaves at least one to the policy (avoid_repeats "
