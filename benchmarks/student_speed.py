@@ -23,10 +23,10 @@ two parts, each per turn and on the same work for both arms, since one sampled s
 episodes happen to run: the rollouts (the recipe's rollout engine playing the first ``--grpo-games`` train games
 once each, greedily, 16 in flight in one process: the same turns on both paths) and the training passes (the
 recipe's trainer for ``--grpo-steps`` steps on the expert's recorded turns of the first quarter of them, a group of
-4 each); the step is their sum per turn. FLOPs count useful work only (``roofline.forward_flops_per_token``): evaluation, prompt and
-completion tokens once forward; GRPO, each rollout token forward and each trained token 3 forward passes (forward
-and backward) of the policy and one of the reference; SFT, 3 forward passes per non-padding token. Writes
-``benchmarks/results/student_speed.json``.
+4 each); the step is their sum per turn. FLOPs count useful work only (``roofline.forward_flops_per_token``):
+evaluation, prompt and completion tokens once forward; GRPO, each rollout token forward and each trained token 3
+forward passes (forward and backward) of the policy and one of the reference; SFT, 3 forward passes per non-padding
+token. Writes ``benchmarks/results/student_speed.json``.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def grpo_rollouts(model: str, engine: Engine, games: int) -> dict[str, Any]:
     """A GRPO step's rollouts through ``engine``: the ``small`` recipe's rollout engine (its step budget, turn length
     and continuous batch of 16) playing the first ``games`` train games once each in one process, greedily, so both
     engines decode the same turns and keep the same rows in flight (sampled episodes would differ in length, and a
-    step's rollouts take as long as their longest episodes): seconds per turn."""
+    step's rollouts take as long as their longest episodes): milliseconds per turn."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from evoharness.teachers.clients.hf_batching import Sampling
@@ -149,15 +149,16 @@ def grpo_rollouts(model: str, engine: Engine, games: int) -> dict[str, Any]:
 
 def grpo_passes(model: str, passes: dict[str, str], fixed: Any, steps: int) -> dict[str, Any]:
     """A GRPO step's training passes (the policy's scoring, the reference's, the loss and its backward) with the
-    recipe's settings updated by ``passes``, on recorded turns (``fixed``, the same for every arm): seconds per
-    turn over ``steps`` steps."""
+    recipe's settings updated by ``passes``, on recorded turns (``fixed``, the same for every arm): milliseconds
+    per turn over ``steps`` steps."""
     from grpo_zero_advantage import train_arm
 
     from evoharness.training.recipes import load_recipe
 
-    settings = load_recipe("small").grpo.model_copy(update={
-        "save_steps": None, "games_limit": len(fixed.episodes) // load_recipe("small").grpo.num_generations,
-        "max_steps": steps, "guided_per_group": 0, "logging_steps": 1, **passes})
+    recipe = load_recipe("small").grpo
+    settings = recipe.model_copy(update={
+        "save_steps": None, "games_limit": len(fixed.episodes) // recipe.num_generations, "max_steps": steps,
+        "guided_per_group": 0, "logging_steps": 1, **passes})
     run = train_arm(model, settings, fixed, every_turn=False)
     seconds, turns = sum(run["scoring_seconds"]) + sum(run["train_seconds"]), sum(run["turns"])
     return {"grpo_passes_ms_per_turn": round(1000 * seconds / turns, 1), "grpo_passes_turns": int(turns),
