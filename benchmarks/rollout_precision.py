@@ -8,8 +8,8 @@ sampling, step budget, guided episodes and continuous batch) plays ``--games`` t
 size from ``MODEL_DIR``, once per arm, the arms alternating ``--repeats`` times (the best run of each counts).
 Sampled episodes take other paths under other numerics, so the arms are compared per turn and per generated
 token, not per episode; the continuous batch's occupancy (rows per decode step) shows how much of a run its
-longest episodes' tail took; won episodes are reported to show that the bf16 policy still plays, not to rank it (that is
-the ``dev`` screen's job: ``benchmarks/students.py``).
+longest episodes' tail took; won episodes are reported to show that the bf16 policy still plays, not to rank it
+(that is the ``dev`` screen's job: ``benchmarks/students.py``).
 """
 
 from __future__ import annotations
@@ -33,34 +33,48 @@ RESULTS = Path(__file__).resolve().parent / "results" / "rollout_precision.json"
 ARMS = {"stored": False, "bf16": True}
 
 
-def play(model_dir: str, games: int, bf16_rollouts: bool) -> dict[str, Any]:
-    """One arm: the recipe's rollouts of ``games`` train games x its group size; time, turns and tokens."""
-    import torch
+def timed_rollouts(model_dir: str, settings: Any, game_ids: list[str], **engine: Any) -> tuple[list[Any], float,
+                                                                                              list[Any], Any]:
+    """The rollout engine of GRPO ``settings`` (its attributes updated by ``engine``, e.g. ``generation`` or
+    ``sampling``) playing one episode per entry of ``game_ids`` from ``model_dir`` in this process: the rollouts,
+    the seconds they took, the generators that decoded them (their ``decoder_stats``) and the tokenizer."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from evoharness.training.grpo import rollout_engine, training_games
-    from evoharness.training.recipes import load_recipe
+    from evoharness.training.grpo import rollout_engine
 
-    torch.manual_seed(0)
-    settings = load_recipe("small").grpo.model_copy(update={"bf16": True, "bf16_rollouts": bf16_rollouts})
-    engine = rollout_engine(settings, None, None, "fast", student_prompt_set(model_dir, Mode.BPE))
+    rollouts = rollout_engine(settings, None, None, "fast", student_prompt_set(model_dir, Mode.BPE))
+    for name, value in engine.items():
+        setattr(rollouts, name, value)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    game_ids = [g for g in training_games(settings)[:games] for _ in range(settings.num_generations)]
     generators: list[Any] = []
-    make_generator = engine._generator
+    make_generator = rollouts._generator
 
     def kept_generator(*args: Any) -> Any:
         generators.append(make_generator(*args))
         return generators[-1]
 
-    engine._generator = kept_generator  # type: ignore[method-assign,assignment]
+    rollouts._generator = kept_generator  # type: ignore[method-assign,assignment]
     try:
         started = time.perf_counter()
-        rollouts = engine.play(game_ids, model, tokenizer, round_id=0)
+        played = rollouts.play(game_ids, model, tokenizer, round_id=0)
         seconds = time.perf_counter() - started
     finally:
-        engine.close()
+        rollouts.close()
+    return played, seconds, generators, tokenizer
+
+
+def play(model_dir: str, games: int, bf16_rollouts: bool) -> dict[str, Any]:
+    """One arm: the recipe's rollouts of ``games`` train games x its group size; time, turns and tokens."""
+    import torch
+
+    from evoharness.training.grpo import training_games
+    from evoharness.training.recipes import load_recipe
+
+    torch.manual_seed(0)
+    settings = load_recipe("small").grpo.model_copy(update={"bf16": True, "bf16_rollouts": bf16_rollouts})
+    game_ids = [g for g in training_games(settings)[:games] for _ in range(settings.num_generations)]
+    rollouts, seconds, generators, _ = timed_rollouts(model_dir, settings, game_ids)
     turns = [t for r in rollouts for t in r.turns]
     generated = sum(len(t.completion_ids) for t in turns)
     rows = [n for g in generators for stats in g.decoder_stats for n in stats.rows_per_step]

@@ -124,22 +124,16 @@ def grpo_rollouts(model: str, engine: Engine, games: int) -> dict[str, Any]:
     and continuous batch of 16) playing the first ``games`` train games once each in one process, greedily, so both
     engines decode the same turns and keep the same rows in flight (sampled episodes would differ in length, and a
     step's rollouts take as long as their longest episodes): milliseconds per turn."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from rollout_precision import timed_rollouts
 
     from evoharness.teachers.clients.hf_batching import Sampling
-    from evoharness.training.grpo import rollout_engine, training_games
+    from evoharness.training.grpo import training_games
     from evoharness.training.recipes import load_recipe
 
     settings = load_recipe("small").grpo
-    rollouts = rollout_engine(settings, None, None, "fast", student_prompt_set(model, Mode.BPE))
-    rollouts.generation, rollouts.sampling = engine, Sampling(max_new_tokens=settings.max_new_tokens)
-    weights, tokenizer = AutoModelForCausalLM.from_pretrained(model, dtype="auto"), AutoTokenizer.from_pretrained(model)
-    try:
-        started = time.perf_counter()
-        played = rollouts.play(training_games(settings)[:games], weights, tokenizer, round_id=0)
-        seconds = time.perf_counter() - started
-    finally:
-        rollouts.close()
+    played, seconds, _, tokenizer = timed_rollouts(model, settings, training_games(settings)[:games],
+                                                   generation=engine,
+                                                   sampling=Sampling(max_new_tokens=settings.max_new_tokens))
     turns = [t for r in played for t in r.turns]
     tokens = sum(len(t.prompt_ids) + len(t.completion_ids) for t in turns)
     return {"grpo_rollout_ms_per_turn": round(1000 * seconds / len(turns), 1), "grpo_rollout_turns": len(turns),
@@ -193,17 +187,17 @@ def grpo_part(model: str, games: int, steps: int, repeats: int) -> dict[str, Any
     engine against the continuous one (their greedy turns compared), and the training passes as found against
     today's on the same recorded turns; ``before`` and ``after`` hold each arm's composed step."""
     import torch
-    from transformers import AutoTokenizer
+    from training_passes import recorded_turns
 
-    from evoharness.envs.alfworld import GameCatalog
-    from evoharness.training.fixed_rollouts import record_expert_rollouts
     from evoharness.training.recipes import load_recipe
 
     torch.set_num_threads(1)
-    group = load_recipe("small").grpo.num_generations
-    fixed = record_expert_rollouts([g.game_id for g in GameCatalog().games("train", games // group)],
-                                   AutoTokenizer.from_pretrained(model), group=group, budgets=(70, 30, 15, 8),
-                                   prompt_tokens=1024, completion_tokens=64, prompt_set="alfworld/bpe_student")
+    recipe = load_recipe("small").grpo
+    group = recipe.num_generations
+    if games // group < recipe.games_per_step:
+        raise SystemExit(f"--grpo-games {games}: a training step takes {recipe.games_per_step} recorded games of "
+                         f"{group} episodes each, so at least {recipe.games_per_step * group}")
+    fixed = recorded_turns(model, games // group, group)
     arms: dict[str, tuple[Engine, dict[str, str]]] = {"before": ("batch", PASSES_BEFORE), "after": ("continuous", {})}
     runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
     for _ in range(repeats):

@@ -51,22 +51,30 @@ def grpo_arm(model: str, settings: Any, setting: str, fixed: Any) -> dict[str, A
             "turns": sum(run["turns"]), "last_loss": run["losses"][-1], "weights": run["weights"]}
 
 
-def grpo_part(model: str, recipe: str, setting: str, values: list[str], games: int, steps: int,
-              repeats: int) -> dict[str, Any]:
-    """Both arms of the GRPO part in this process, alternating."""
-    import torch
+def recorded_turns(model: str, games: int, group: int) -> Any:
+    """The expert's episodes of the first ``games`` train games, ``group`` each (step budgets 70, 30, 15, 8 in turn),
+    rendered with the student's prompt set and tokenizer: the same GRPO batches for every arm."""
     from transformers import AutoTokenizer
 
     from evoharness.envs.alfworld import GameCatalog
     from evoharness.training.fixed_rollouts import record_expert_rollouts
+
+    game_ids = [g.game_id for g in GameCatalog().games("train", games)]
+    return record_expert_rollouts(game_ids, AutoTokenizer.from_pretrained(model), group=group,
+                                  budgets=(70, 30, 15, 8), prompt_tokens=1024, completion_tokens=64,
+                                  prompt_set="alfworld/bpe_student")
+
+
+def grpo_part(model: str, recipe: str, setting: str, values: list[str], games: int, steps: int,
+              repeats: int) -> dict[str, Any]:
+    """Both arms of the GRPO part in this process, alternating."""
+    import torch
+
     from evoharness.training.recipes import load_recipe
 
     torch.set_num_threads(1)
     settings = load_recipe(recipe).grpo
-    game_ids = [g.game_id for g in GameCatalog().games("train", games)]
-    fixed = record_expert_rollouts(game_ids, AutoTokenizer.from_pretrained(model), group=settings.num_generations,
-                                   budgets=(70, 30, 15, 8), prompt_tokens=1024, completion_tokens=64,
-                                   prompt_set="alfworld/bpe_student")
+    fixed = recorded_turns(model, games, settings.num_generations)
     base = settings.model_copy(update={"save_steps": None, "games_limit": games, "max_steps": steps,
                                        "guided_per_group": 0, "logging_steps": 1})
     runs: dict[str, list[dict[str, Any]]] = {v: [] for v in values}
