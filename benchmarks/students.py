@@ -45,7 +45,7 @@ import report
 
 from evoharness.evaluation.compare import paired_outcomes
 from evoharness.evaluation.losses import lost_games, stage_counts
-from evoharness.reporting.training_curves import grpo_seeds_png
+from evoharness.reporting.training_curves import grpo_seeds_png, seed_points
 from evoharness.training.recipes import DEFAULT_RECIPE, Recipe, load_recipe, variant_overrides
 from warehouse import Warehouse, default_db_path
 
@@ -178,7 +178,17 @@ def version_row(db: str, row: dict[str, Any], chain: list[str]) -> dict[str, Any
             "precision": precision(row["settings"]), "train_seconds": round(row["seconds"], 1),
             "splits_played": sorted(splits), **splits,
             "against_parent": against_parent(db, row["model_version"], parent) if parent else {},
-            "command": [*chain, *evaluations]}
+            "command": [*chain, *evaluations],
+            **({"curve": seed_points(json.loads(row.get("rollout_history") or "[]"))} if row["recipe_stage"] == "grpo"
+               else {})}
+
+
+def configuration_rows(runs: list[dict[str, Any]], recipe: Recipe, overrides: list[str]) -> list[dict[str, Any]]:
+    """The rows of every version this recipe file and these overrides made (each stage's own overrides, any seed):
+    those of this run and those an earlier run left in the results file, whose versions the warehouse may no longer
+    hold (a claim and a chart are over every seed measured)."""
+    return [r for r in runs if r["recipe"] == recipe.name and r["recipe_sha256"] == recipe.sha256
+            and stage_overrides(r["recipe_overrides"], r["stage"]) == stage_overrides(overrides, r["stage"])]
 
 
 def claims(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -201,16 +211,16 @@ def claims(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return found
 
 
-def seed_curves(configuration: str, versions: list[dict[str, Any]]) -> str | None:
-    """The configuration's GRPO seeds side by side (``results/curves/<configuration>.png``, the configuration
-    prefixed by a non-default results file's name); its path, or None when it trained no GRPO version."""
-    histories = {row["settings"]["seed"]: json.loads(row["rollout_history"] or "[]")
-                 for row in versions if row["stage"] == "grpo"}
-    if not histories:
+def seed_curves(configuration: str, rows: list[dict[str, Any]]) -> str | None:
+    """The configuration's GRPO seeds side by side from their rows' curves (``results/curves/<configuration>.png``,
+    the configuration prefixed by a non-default results file's name); its path, or None when it has no GRPO row."""
+    grpo = [row for row in rows if row["stage"] == "grpo"]
+    if not grpo:
         return None
     path = curve_path(configuration)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(grpo_seeds_png(configuration, histories))
+    path.write_bytes(grpo_seeds_png(configuration, {row["seed"]: row["curve"] for row in grpo if "curve" in row},
+                                    [row["seed"] for row in grpo if "curve" not in row]))
     return str(path.relative_to(report.RESULTS))
 
 
@@ -308,6 +318,7 @@ def main() -> None:
         earlier = json.loads(results.read_text()) if results.is_file() else {}
         kept = [r for r in earlier.get("runs", []) if r["model_version"] not in chains]
         every = [*kept, *rows]
+        measured = configuration_rows(every, recipe, args.overrides)
         configuration = configuration_name(recipe, args.overrides)
         kept_claims, kept_curves = dict(earlier.get("claims", {})), dict(earlier.get("curves", {}))
         if superseded := superseded_key(earlier, recipe, args.overrides):
@@ -316,9 +327,9 @@ def main() -> None:
                 moved = curve_path(curve_name(results, superseded))
                 shutil.copyfile(report.RESULTS / kept_curves[configuration], moved)
                 kept_curves[superseded] = str(moved.relative_to(report.RESULTS))
-        curves = seed_curves(curve_name(results, configuration), [row for row in versions if row["model_version"] in chains])
+        curves = seed_curves(curve_name(results, configuration), measured)
         report.write_report(results, {"command": "python benchmarks/students.py --recipe NAME [--set ...]",
-                                      "runs": every, "claims": kept_claims | {configuration: claims(rows)},
+                                      "runs": every, "claims": kept_claims | {configuration: claims(measured)},
                                       "curves": kept_curves | ({configuration: curves} if curves else {})})
         print(f"wrote {results}")
 

@@ -79,6 +79,41 @@ def test_a_row_reports_held_out_play_only_of_a_recipe_as_shipped(students: Modul
     assert final["command"][-1].endswith("--split valid_seen --split valid_unseen")
 
 
+def test_a_claim_covers_the_seeds_an_earlier_run_left_in_the_results_file(students: ModuleType) -> None:
+    """A configuration's rows are those of this recipe file and these overrides (each stage its own), whether this
+    run's warehouse still holds their versions or only the results file does; the claim is over all of them."""
+    recipe = load_recipe("small")
+
+    def row(version: str, stage: str, seed: int, rate: float, overrides: list[str], sha: str = recipe.sha256) -> dict:
+        return {"model_version": version, "stage": stage, "parent_version": "sft" if stage == "grpo" else None,
+                "seed": seed, "recipe": "small", "recipe_sha256": sha, "recipe_overrides": overrides,
+                "dev": {"success": rate}, "against_parent": {}}
+
+    fade = ["grpo.guided_until_step=16"]
+    earlier = [row("sft", "sft", 0, 0.77, []), row("g0", "grpo", 0, 0.80, [*fade, "grpo.seed=0"]),
+               row("g1", "grpo", 1, 0.80, [*fade, "grpo.seed=1"]), row("r0", "grpo", 0, 0.79, ["grpo.seed=0"]),
+               row("old", "grpo", 2, 0.5, [*fade, "grpo.seed=2"], sha="0" * 64)]
+    this_run = [row("g2", "grpo", 2, 0.86, [*fade, "grpo.seed=2"])]
+    measured = students.configuration_rows([*earlier, *this_run], recipe, fade)
+    assert [r["model_version"] for r in measured] == ["sft", "g0", "g1", "g2"]
+    grpo = next(c for c in students.claims(measured) if c["stage"] == "grpo" and c["split"] == "dev")
+    assert grpo["seeds"] == 3 and grpo["mean"] == pytest.approx(0.82)
+
+
+def test_a_grpo_row_keeps_the_curve_its_chart_draws(students: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    monkeypatch.setattr(students, "played", lambda db, policy, split: None)
+    monkeypatch.setattr(students, "precision", lambda settings: {"bf16": True})
+    history = [{"step": 1, "kl": 0.01, "episode/success": 0.5, "loss": 0.3, "rewards/success/mean": 0.5}]
+    version = {"model_version": "expert-grpo-x", "stage": "grpo", "recipe_stage": "grpo", "parent_version": None,
+               "settings": {"seed": 0}, "recipe": "small", "recipe_sha256": "s", "recipe_overrides": "[]",
+               "code_version": "c", "seconds": 1.0, "rollout_history": json.dumps(history)}
+    assert students.version_row("unused.duckdb", version, [])["curve"] == [
+        {"step": 1, "kl": 0.01, "episode/success": 0.5}]
+    assert "curve" not in students.version_row("unused.duckdb", version | {"recipe_stage": "sft"}, [])
+
+
 def test_a_recipe_files_earlier_claim_is_kept_when_the_file_changes(students: ModuleType) -> None:
     recipe = load_recipe("small")
     earlier = {"claims": {"small": [{"stage": "grpo", "split": "dev", "mean": 0.7}], "small grpo.beta=0": []},

@@ -303,15 +303,18 @@ def test_a_configurations_seeds_are_drawn_side_by_side(monkeypatch: pytest.Monke
     from evoharness.reporting import training_curves
 
     drawn: dict = {}
+    titles: list[str] = []
     draw = training_curves.panels_chart_png
-    monkeypatch.setattr(training_curves, "panels_chart_png",
-                        lambda panels, *args, **kwargs: drawn.update(panels) or draw(panels, *args, **kwargs))
+    monkeypatch.setattr(training_curves, "panels_chart_png", lambda panels, title, *args, **kwargs: drawn.update(
+        panels) or titles.append(title) or draw(panels, title, *args, **kwargs))
     histories = {0: [{"step": 1, "episode/success": 0.5, "episode/success_unguided": 0.25, "kl": 0.01,
                       "episode/harness_calls": 6.0, "episode/repeats": 2.0}],
                  1: [{"step": 1, "episode/success": 0.75, "kl": 0.02, "episode/harness_calls": 5.0}]}
     assert training_curves.grpo_seeds_png("small", histories).startswith(b"\x89PNG")
     assert drawn["success of the policy's own episodes"] == {"seed 0": [(1.0, 0.25)], "seed 1": [(1.0, 0.75)]}
     assert drawn["repeats / episode"] == {"seed 0": [(1.0, 2.0)], "seed 1": []}
+    training_curves.grpo_seeds_png("small", histories, unrecorded=[2])
+    assert "seed 2" in titles[-1] and "seed 2" not in titles[0]
 
 
 def test_guided_episodes_fade_out_by_the_step_named() -> None:

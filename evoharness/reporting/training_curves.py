@@ -47,15 +47,25 @@ SEED_PANELS = {"success of the policy's own episodes": ("episode/success_unguide
 drawn (unguided success where some episodes were guided, else every episode's)."""
 
 
-def grpo_seeds_png(configuration: str, histories: Mapping[int, Sequence[Mapping[str, Any]]]) -> bytes:
-    """One GRPO configuration, every seed a line: training success, KL, harness calls and repeats per step."""
+def seed_points(history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """What :func:`grpo_seeds_png` draws of one run's history: each step's number and :data:`SEED_PANELS`' keys (a
+    results file keeps these, so a configuration's chart can be drawn again without the warehouse)."""
+    keys = {"step", *(key for keys in SEED_PANELS.values() for key in keys)}
+    return [{k: v for k, v in h.items() if k in keys} for h in history]
+
+
+def grpo_seeds_png(configuration: str, histories: Mapping[int, Sequence[Mapping[str, Any]]],
+                   unrecorded: Sequence[int] = ()) -> bytes:
+    """One GRPO configuration, every seed a line: training success, KL, harness calls and repeats per step; the
+    title names the seeds whose history was not recorded (``unrecorded``)."""
     panels: dict[str, dict[str, list[tuple[float, float]]]] = {}
     for panel, keys in SEED_PANELS.items():
         panels[panel] = {}
         for seed, history in sorted(histories.items()):
             key = next((k for k in keys if any(k in h for h in history)), keys[-1])
             panels[panel][f"seed {seed}"] = _points(history, key)
-    return panels_chart_png(panels, f"{configuration}: GRPO by step, every seed", "optimizer step",
+    missing = f" (no history recorded for seed {', '.join(map(str, sorted(unrecorded)))})" if unrecorded else ""
+    return panels_chart_png(panels, f"{configuration}: GRPO by step, every seed{missing}", "optimizer step",
                             log_panels={KL_PANEL})
 
 
