@@ -33,11 +33,12 @@ RESULTS = Path(__file__).resolve().parent / "results" / "rollout_precision.json"
 ARMS = {"stored": False, "bf16": True}
 
 
-def timed_rollouts(model_dir: str, settings: Any, game_ids: list[str], **engine: Any) -> tuple[list[Any], float,
-                                                                                              list[Any], Any]:
+def timed_rollouts(model_dir: str, settings: Any, game_ids: list[str], generator: dict[str, Any] | None = None,
+                   **engine: Any) -> tuple[list[Any], float, list[Any], Any]:
     """The rollout engine of GRPO ``settings`` (its attributes updated by ``engine``, e.g. ``generation`` or
-    ``sampling``) playing one episode per entry of ``game_ids`` from ``model_dir`` in this process: the rollouts,
-    the seconds they took, the generators that decoded them (their ``decoder_stats``) and the tokenizer."""
+    ``sampling``, and its generators' by ``generator``, e.g. ``jump_forward``) playing one episode per entry of
+    ``game_ids`` from ``model_dir`` in this process: the rollouts, the seconds they took, the generators that decoded
+    them (their ``decoder_stats``) and the tokenizer."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from evoharness.training.grpo import rollout_engine
@@ -52,6 +53,8 @@ def timed_rollouts(model_dir: str, settings: Any, game_ids: list[str], **engine:
 
     def kept_generator(*args: Any) -> Any:
         generators.append(make_generator(*args))
+        for name, value in (generator or {}).items():
+            setattr(generators[-1], name, value)
         return generators[-1]
 
     rollouts._generator = kept_generator  # type: ignore[method-assign,assignment]

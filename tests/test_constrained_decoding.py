@@ -68,6 +68,20 @@ def test_the_tokens_allowed_before_the_action_are_those_the_grammar_accepts(toke
     assert grammatical and set(allowed) == grammatical and len(allowed) == len(grammatical)
 
 
+@pytest.mark.parametrize("argument", ["", "where", "the apple]", "a] b", "apple 1 ]", "apple]</act", "apple]<"])
+def test_the_tokens_allowed_in_an_argument_are_those_it_accepts(tokenizer, argument: str) -> None:
+    """The two cached lists a meta-action's argument reuses equal filtering the whole vocabulary."""
+    from evoharness.teachers.clients.constrained import _argument_ok
+
+    constraint = ActionConstraint(tokenizer, ActionSpace(COMMANDS))
+    pieces = [tokenizer.decode([t], skip_special_tokens=False) for t in range(len(tokenizer))]
+    accepted = {t for t, piece in enumerate(pieces) if piece and t != tokenizer.eos_token_id
+                and _argument_ok(argument + piece)}
+    head = tokenizer.encode("<think>\nI look.\n</think>\n\n<action>recall [", add_special_tokens=False)
+    allowed = constraint.allowed(head + tokenizer.encode(argument, add_special_tokens=False))
+    assert accepted and set(allowed) == accepted and len(allowed) == len(accepted)
+
+
 def test_choices_mark_the_tokens_that_had_an_alternative(tokenizer) -> None:
     """Free thought tokens and the pick between commands are choices; a command's forced tail is not."""
     constraint = ActionConstraint(tokenizer, ActionSpace(COMMANDS, meta=False))
@@ -146,6 +160,7 @@ def test_a_walk_token_by_token_allows_what_the_whole_completion_allows(tokenizer
         while not generated or generated[-1] != eos:
             allowed = constraint.allowed(generated)
             assert state.allowed() == allowed
+            assert state.forced() == (allowed[0] if len(allowed) == 1 else None)
             assert set((~state.blocked(len(tokenizer))).nonzero().flatten().tolist()) == set(allowed)
             token = rng.choice(allowed)
             generated.append(token)

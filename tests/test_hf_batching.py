@@ -4,6 +4,7 @@ same greedy completions, a continuous slot is refilled at once, and failures rea
 from __future__ import annotations
 
 import asyncio
+from dataclasses import fields
 from typing import Any
 
 import pytest
@@ -122,6 +123,90 @@ def test_a_finished_turn_s_slot_is_refilled_at_once(continuous: BatchGenerator) 
     assert max(decoder.stats.rows_per_step) == 2 and len(set(taken)) > 1
 
 
+def test_jump_forward_takes_the_forced_tokens_without_a_pass_each(continuous: BatchGenerator) -> None:
+    """The tokens a constraint forces (``</action>`` and the end of turn after a complete command) are taken without
+    asking the model: the same greedy completions, one pass fewer for each forced token (one slot: a pass a
+    token)."""
+    import torch
+
+    from evoharness.teachers.clients.continuous import ContinuousDecoder, Row
+
+    prompts = _turn_prompts(continuous)
+    runs = {}
+    for jump in (False, True):
+        results: dict[int, list[int]] = {}
+        waiting = [Row.of(p, Sampling(max_new_tokens=48), lambda r, i=i, got=results: got.__setitem__(i, r),
+                          ActionConstraint(continuous.tokenizer, ActionSpace(COMMANDS, meta=i % 2 == 0)))
+                   for i, p in enumerate(prompts)]
+        decoder = ContinuousDecoder(continuous.model, continuous.tokenizer.eos_token_id, slots=1, jump_forward=jump)
+        with torch.no_grad():
+            while waiting or decoder.rows:
+                decoder.admit([waiting.pop(0) for _ in range(min(decoder.free, len(waiting)))])
+                decoder.step()
+        runs[jump] = ([results[i] for i in range(len(prompts))], decoder.stats)
+    (plain, plain_stats), (jumped, jumped_stats) = runs[False], runs[True]
+    assert jumped == plain and plain_stats.forced == 0
+    assert jumped_stats.forced >= len(prompts)  # at least each turn's end, forced after its closing tag
+    assert jumped_stats.steps == plain_stats.steps - jumped_stats.forced
+
+
+def test_extending_a_slot_by_several_tokens_equals_decoding_them_one_at_a_time(
+        model_and_tokenizer: tuple[Any, Any]) -> None:
+    """``Qwen3Runner.extend`` (rows of different token counts, padded) writes the keys and values and returns the
+    logits that one-token decode steps give."""
+    import torch
+
+    from evoharness.teachers.clients.fast_decode import DecodeState, Qwen3Runner
+
+    model, tokenizer = model_and_tokenizer
+    prompts = [tokenizer(text)["input_ids"] for text in PROMPTS[:3]]
+    runs = [[5, 9, 11], [7], [3, 4]]
+    runner = Qwen3Runner(model)
+    with torch.no_grad():
+        last, keys = [], []
+        for prompt, run in zip(prompts, runs, strict=True):  # each row alone, a token a pass
+            single = DecodeState.empty(runner, 1, 64)
+            runner.prefill(single, [0], [prompt])
+            for token in run:
+                logits = runner.decode(single, 1, torch.tensor([token]))
+            last.append(logits[0])
+            keys.append(single.keys[-1][0, :, :len(prompt) + len(run)])
+        extended = DecodeState.empty(runner, 3, 64)
+        runner.prefill(extended, [0, 1, 2], prompts)
+        tokens = torch.tensor([run + [0] * (3 - len(run)) for run in runs])
+        got = runner.extend(extended, tokens, torch.tensor([len(run) for run in runs]))
+    assert extended.lengths.tolist() == [len(k[0]) for k in keys]
+    torch.testing.assert_close(got, torch.stack(last), atol=1e-4, rtol=1e-4)
+    for slot, expected in enumerate(keys):
+        torch.testing.assert_close(extended.keys[-1][slot, :, :expected.shape[1]], expected, atol=1e-5, rtol=1e-5)
+
+
+def test_the_runner_scores_like_the_model_with_attention_biases(model_and_tokenizer: tuple[Any, Any]) -> None:
+    """The stacked projections keep the model's biases (Qwen3's ``attention_bias``): prefill and decode logits equal
+    the model's own forward pass."""
+    import torch
+    from transformers import Qwen3ForCausalLM
+
+    from evoharness.teachers.clients.fast_decode import DecodeState, Qwen3Runner
+
+    model, tokenizer = model_and_tokenizer
+    config = model.config.__class__.from_dict(model.config.to_dict() | {"attention_bias": True})
+    torch.manual_seed(0)
+    biased = Qwen3ForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, parameter in biased.named_parameters():
+            if name.endswith("proj.bias"):
+                parameter.normal_()
+        prompt = tokenizer(PROMPTS[1])["input_ids"]
+        expected = biased(torch.tensor([prompt + [7]])).logits[0, -2:]
+        runner = Qwen3Runner(biased)
+        state = DecodeState.empty(runner, 1, 64)
+        first = runner.prefill(state, [0], [prompt])
+        second = runner.decode(state, 1, torch.tensor([7]))
+    assert runner.layers[0].qkv_bias is not None and runner.layers[0].out_bias is not None
+    torch.testing.assert_close(torch.cat([first, second]), expected, atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("engine", ["batch", "continuous"])
 def test_a_failed_batch_fails_every_waiting_request(model_and_tokenizer: tuple[Any, Any], engine: str) -> None:
     generator = BatchGenerator(*model_and_tokenizer, max_batch=4, engine=engine)  # type: ignore[arg-type]
@@ -210,7 +295,8 @@ def test_a_bf16_runner_decodes_from_bf16_copies_and_scores_in_the_stored_precisi
         bf16 = runners["bfloat16"]
         whole = bf16.prefill(DecodeState.empty(bf16, 4, 64), [0, 1, 2],
                              [p + [int(t)] for p, t in zip(prompts, logits["bfloat16"][0].argmax(-1), strict=True)])
-    assert bf16.dtype == torch.bfloat16 and all(p.dtype == torch.bfloat16 for p in bf16.layers[0].parameters())
+    weights = [getattr(bf16.layers[0], f.name) for f in fields(bf16.layers[0])]
+    assert bf16.dtype == torch.bfloat16 and all(w.dtype == torch.bfloat16 for w in weights if torch.is_tensor(w))
     assert DecodeState.empty(bf16, 1, 8).keys[0].dtype == torch.bfloat16
     assert all(torch.equal(p, stored[name]) and p.dtype == torch.float32 for name, p in model.named_parameters())
     assert model.model.rotary_emb.inv_freq.dtype == torch.float32

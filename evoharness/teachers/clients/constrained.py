@@ -37,6 +37,8 @@ class ConstraintWalk(Protocol):
 
     def blocked(self, width: int) -> Any: ...
 
+    def forced(self) -> int | None: ...
+
 
 class TokenConstraint(Protocol):
     """What the decoding engines hold a completion to: this module's :class:`ActionConstraint`, or a request's
@@ -178,7 +180,7 @@ class ActionConstraint:
         if text.endswith(ACTION_CLOSE):
             return [self.eos]
         if len(text) < MAX_ARGUMENT_CHARS:
-            return [t for t in self.plain + self.markup if _argument_ok(text + self.pieces[t])]
+            return self.vocabulary.argument_after(text)
         closing = self._ids("]" + ACTION_CLOSE)
         done = max(k for k in range(len(closing)) if k == 0 or argument[-k:] == closing[:k])
         return [closing[done]]
@@ -206,11 +208,13 @@ class ConstraintState:
         self._action_start: int | None = None  # index of the first token after "<action>"
         self._node: _Trie | None = constraint.trie  # None: off the trie (only the end-of-turn token remains)
         self._argument_start: int | None = None  # index of a meta-action's first argument token
+        self._next: list[int] | None = None  # the tokens allowed next, once asked for (until the next advance)
 
     def advance(self, token: int) -> None:
         """Take ``token`` as the completion's next token."""
         c = self.constraint
         self.generated.append(token)
+        self._next = None
         if self._action_start is None:
             piece = c.pieces[token] if token < len(c.pieces) else ""
             self._partial = self._partial or "\ufffd" in piece
@@ -228,7 +232,14 @@ class ConstraintState:
 
     def allowed(self) -> list[int]:
         """The tokens allowed next (the caller must not change the list)."""
-        return self._allowed()
+        if self._next is None:
+            self._next = self._allowed()
+        return self._next
+
+    def forced(self) -> int | None:
+        """The next token when it is the only one allowed (a decoder may take it without asking the model)."""
+        allowed = self.allowed()
+        return allowed[0] if len(allowed) == 1 else None
 
     def blocked(self, width: int) -> Any:
         """The tokens not allowed next, as a boolean tensor of ``width`` (the model's vocabulary): a trie node's
@@ -237,7 +248,7 @@ class ConstraintState:
         if self._action_start is not None and self._argument_start is None and self._node is not None \
                 and not self._node.free_after:
             return self._node.blocked(c.eos, width)
-        return c.vocabulary.blocked(self._allowed(), width)
+        return c.vocabulary.blocked(self.allowed(), width)
 
     def _allowed(self) -> list[int]:
         c = self.constraint
@@ -288,6 +299,7 @@ class _Vocabulary:
     markup: list[int]
     eos_only: list[int]
     _grammatical_after: dict[str, list[int]] = field(default_factory=dict)
+    _argument_after: dict[str, list[int]] = field(default_factory=dict)
     _lasting: set[int] = field(default_factory=set)  # ids of the cached lists above
     _masks: dict[tuple[int, int], tuple[list[int], Any]] = field(default_factory=dict)
     _encoded: dict[str, list[int]] = field(default_factory=dict)
@@ -312,6 +324,19 @@ class _Vocabulary:
         if key not in self._masks:
             self._masks[key] = (tokens, _mask(tokens, width))
         return self._masks[key][1]
+
+    def argument_after(self, text: str) -> list[int]:
+        """The tokens that keep a meta-action's argument ``text`` + token well-formed (:func:`_argument_ok`). Until
+        the argument holds a tag or a newline, which tokens qualify depends only on whether it ends with ``]``, so
+        those two lists are built once (callers must not change them); other texts are filtered each time."""
+        if "<" in text or "\n" in text:
+            return [t for t in self.plain + self.markup if _argument_ok(text + self.pieces[t])]
+        representative = "x]" if text.endswith("]") else "x"
+        if representative not in self._argument_after:
+            tokens = [t for t in self.plain + self.markup if _argument_ok(representative + self.pieces[t])]
+            self._argument_after[representative] = tokens
+            self._lasting.add(id(tokens))
+        return self._argument_after[representative]
 
     def grammatical_after(self, text: str) -> list[int]:
         """The tokens that keep ``text`` + token grammatical (:func:`_grammatical`), built once per ``text``:

@@ -3,9 +3,13 @@
 :class:`ContinuousDecoder` holds up to ``slots`` completions in flight. :meth:`~ContinuousDecoder.admit` prefills
 new prompts into free slots (packed, no padding; the prompt prefix every request so far shared is copied from a
 cache instead of recomputed), and :meth:`~ContinuousDecoder.step` picks every row's next token (masked by its
-action constraint, greedy or sampled), hands back the rows that ended and decodes one token for the others. Greedy
-rows pick the same tokens as ``generate`` up to floating-point summation order (``benchmarks/student_speed.py``
-checks the decisions on held-out turns).
+action constraint, greedy or sampled), hands back the rows that ended and decodes one token for the others. Where
+the constraint allows a single next token (``</action>`` after a complete command, the fixed text between the thought
+and the action), that token is taken without asking the model, and a row's run of such tokens goes through the model
+in the same pass as the other rows' next tokens (jump-forward decoding: about a fifth fewer passes, measured in
+``benchmarks/results/jump_forward.json``). Greedy rows pick the same tokens as ``generate`` up to floating-point
+summation order (``benchmarks/student_speed.py`` checks the decisions on held-out turns); sampled rows draw from the
+same distribution, though not the same random numbers as a decoder that samples forced tokens.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ class DecoderStats:
     prefix_reused: int = 0
     decoded: int = 0
     steps: int = 0
+    forced: int = 0  # tokens taken because the constraint allowed nothing else, without a step of their own
     rows_per_step: list[int] = field(default_factory=list)
 
 
@@ -57,8 +62,9 @@ class ContinuousDecoder:
     ``compute_dtype`` (see :class:`Qwen3Runner`; None: the weights as stored)."""
 
     def __init__(self, model: Any, eos: int, slots: int, seed: int | None = None,
-                 compute_dtype: str | None = None) -> None:
+                 compute_dtype: str | None = None, jump_forward: bool = True) -> None:
         self.runner, self.eos, self.slots = Qwen3Runner(model, compute_dtype), eos, slots
+        self.jump_forward = jump_forward
         self.state = DecodeState.empty(self.runner, slots + 1, 512)  # the last slot holds the shared prefix
         self.rows: list[Row] = []
         self.logits: torch.Tensor | None = None  # [rows, vocab]: the next token's logits of every row
@@ -108,31 +114,47 @@ class ContinuousDecoder:
         return start
 
     def step(self) -> None:
-        """Pick each row's next token, deliver the rows that ended, and decode one token for the rest."""
+        """Pick each row's next token (then, with :attr:`jump_forward`, every token its constraint forces after it),
+        deliver the rows that ended, and run the new tokens of the rest through the model in one pass."""
         if not self.rows or self.logits is None:
             return
         chosen = self._choose(self.logits)
         self.stats.steps += 1
         self.stats.rows_per_step.append(len(self.rows))
-        ended = []
-        for index, (row, token) in enumerate(zip(self.rows, chosen, strict=True)):
-            row.tokens.append(token)
-            if row.constraint is not None:
-                row.constraint.advance(token)
-            if token == self.eos or len(row.tokens) >= row.sampling.max_new_tokens:
-                ended.append(index)
+        taken = [self._take(row, token) for row, token in zip(self.rows, chosen, strict=True)]
+        ended = [i for i, row in enumerate(self.rows)
+                 if row.tokens[-1] == self.eos or len(row.tokens) >= row.sampling.max_new_tokens]
         for index in reversed(ended):  # keep the active slots 0..n-1: the last row moves into the hole
             row, last = self.rows[index], len(self.rows) - 1
             if index != last:
                 self.state.move(last, index)
-                self.rows[index] = self.rows[last]
+                self.rows[index], taken[index] = self.rows[last], taken[last]
             self.rows.pop()
+            taken.pop()
             row.deliver(row.tokens)
         self.logits = None
         if self.rows:
-            tokens = torch.tensor([r.tokens[-1] for r in self.rows], device=self.runner.device)
-            self.logits = self.runner.decode(self.state, len(self.rows), tokens)
-            self.stats.decoded += len(self.rows)
+            width = max(len(t) for t in taken)
+            tokens = torch.tensor([t + [self.eos] * (width - len(t)) for t in taken], device=self.runner.device)
+            counts = torch.tensor([len(t) for t in taken], device=self.runner.device)
+            self.logits = self.runner.extend(self.state, tokens, counts)
+            self.stats.decoded += int(counts.sum())
+
+    def _take(self, row: Row, token: int) -> list[int]:
+        """Append ``token`` to ``row`` and, with :attr:`jump_forward`, each next token its constraint forces (the
+        only one allowed: greedy and sampled decoding would pick it whatever the logits), until the row ends or a
+        choice is left; the tokens appended."""
+        taken = []
+        while True:
+            taken.append(token)
+            row.tokens.append(token)
+            if row.constraint is not None:
+                row.constraint.advance(token)
+            if token == self.eos or len(row.tokens) >= row.sampling.max_new_tokens or row.constraint is None \
+                    or not self.jump_forward or (forced := row.constraint.forced()) is None:
+                return taken
+            token = forced
+            self.stats.forced += 1
 
     def fail(self, error: BaseException, also: list[Row] | None = None) -> None:
         """Deliver ``error`` to every row in flight (and to ``also``) and start empty."""

@@ -76,9 +76,11 @@ class GrammarWalk:
         self._matcher = xgr.GrammarMatcher(constraint.compiled, override_stop_tokens=[constraint.eos])
         self._bitmask = xgr.allocate_token_bitmask(1, constraint.vocab_size)
         self._ended = False
+        self._mask: torch.Tensor | None = None  # the tokens allowed next, once asked for (until the next advance)
 
     def advance(self, token: int) -> None:
         """Take ``token`` as the completion's next token (past the end, nothing more is checked)."""
+        self._mask = None
         if self._ended:
             return
         if not self._matcher.accept_token(token):
@@ -86,13 +88,20 @@ class GrammarWalk:
         self._ended = self._matcher.is_terminated()
 
     def _allowed_mask(self) -> torch.Tensor:
-        if self._ended:
-            mask = torch.zeros(self.constraint.vocab_size, dtype=torch.bool)
-            mask[self.constraint.eos] = True
-            return mask
-        self._matcher.fill_next_token_bitmask(self._bitmask)
-        bits = (self._bitmask[0].unsqueeze(1) >> BITS) & 1
-        return bits.flatten()[:self.constraint.vocab_size].bool()
+        if self._mask is None:
+            if self._ended:
+                self._mask = torch.zeros(self.constraint.vocab_size, dtype=torch.bool)
+                self._mask[self.constraint.eos] = True
+            else:
+                self._matcher.fill_next_token_bitmask(self._bitmask)
+                bits = (self._bitmask[0].unsqueeze(1) >> BITS) & 1
+                self._mask = bits.flatten()[:self.constraint.vocab_size].bool()
+        return self._mask
+
+    def forced(self) -> int | None:
+        """The next token when it is the only one the grammar allows (a decoder may take it without the model)."""
+        allowed = torch.nonzero(self._allowed_mask()).view(-1)
+        return int(allowed[0]) if len(allowed) == 1 else None
 
     def blocked(self, width: int) -> torch.Tensor:
         """The tokens not allowed next, as a boolean tensor of ``width`` (the logits' width; past the grammar's

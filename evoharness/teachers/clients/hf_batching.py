@@ -6,7 +6,8 @@ them from a worker thread in one of two ways (``engine``):
 * ``continuous`` (the default for a Qwen3 model, such as the students built here): one continuous batch
   (:mod:`.continuous`): a turn is prefilled as soon as a slot is free, every step decodes one token of every turn
   in flight against its own key/value cache, and a finished turn's slot is refilled at once, so the event loop
-  steps environments while generation goes on. The action constraint is a precomputed mask.
+  steps environments while generation goes on. The action constraint is a precomputed mask, and the tokens it
+  forces are taken without a model pass each (jump-forward).
 * ``batch`` (the path before; any other architecture, and subclasses that run batches elsewhere): the requests
   waiting are run as one left-padded ``generate`` call, each completion handed back when the whole batch ends;
   requests with different sampling settings go to different batches.
@@ -61,6 +62,7 @@ class BatchGenerator:
     seed: int | None = None
     engine: Engine = "continuous"  # falls back to "batch" where the model is not a Qwen3 (see continuous_ready)
     compute_dtype: str | None = None  # "bfloat16": decode in it (continuous: see Qwen3Runner; batch: autocast)
+    jump_forward: bool = True  # continuous: take the tokens a constraint forces without a step each (.continuous)
     batch_sizes: list[int] = field(default_factory=list)  # every batch run (engine "batch"), for tests
     applies_constraints: ClassVar[bool] = True  # a row with a constraint only gets the tokens it allows
     _pending: dict[Sampling, list[_Request]] = field(default_factory=lambda: defaultdict(list))
@@ -151,7 +153,7 @@ class BatchGenerator:
         from evoharness.teachers.clients.continuous import ContinuousDecoder
 
         decoder = ContinuousDecoder(self.model, self.tokenizer.eos_token_id, self.max_batch, self.seed,
-                                    self.compute_dtype)
+                                    self.compute_dtype, self.jump_forward)
         self.decoder_stats.append(decoder.stats)
         return decoder
 
