@@ -152,7 +152,7 @@ def test_jump_forward_takes_the_forced_tokens_without_a_pass_each(continuous: Ba
 
 def test_extending_a_slot_by_several_tokens_equals_decoding_them_one_at_a_time(
         model_and_tokenizer: tuple[Any, Any]) -> None:
-    """``Qwen3Runner.extend`` (rows of different token counts, padded) writes the keys and values and returns the
+    """``Qwen3Runner.extend`` (rows of different token counts, packed) writes the keys and values and returns the
     logits that one-token decode steps give."""
     import torch
 
@@ -173,8 +173,7 @@ def test_extending_a_slot_by_several_tokens_equals_decoding_them_one_at_a_time(
             keys.append(single.keys[-1][0, :, :len(prompt) + len(run)])
         extended = DecodeState.empty(runner, 3, 64)
         runner.prefill(extended, [0, 1, 2], prompts)
-        tokens = torch.tensor([run + [0] * (3 - len(run)) for run in runs])
-        got = runner.extend(extended, tokens, torch.tensor([len(run) for run in runs]))
+        got = runner.extend(extended, runs)
     assert extended.lengths.tolist() == [len(k[0]) for k in keys]
     torch.testing.assert_close(got, torch.stack(last), atol=1e-4, rtol=1e-4)
     for slot, expected in enumerate(keys):

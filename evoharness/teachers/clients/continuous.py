@@ -134,11 +134,8 @@ class ContinuousDecoder:
             row.deliver(row.tokens)
         self.logits = None
         if self.rows:
-            width = max(len(t) for t in taken)
-            tokens = torch.tensor([t + [self.eos] * (width - len(t)) for t in taken], device=self.runner.device)
-            counts = torch.tensor([len(t) for t in taken], device=self.runner.device)
-            self.logits = self.runner.extend(self.state, tokens, counts)
-            self.stats.decoded += int(counts.sum())
+            self.logits = self.runner.extend(self.state, taken)
+            self.stats.decoded += sum(len(t) for t in taken)
 
     def _take(self, row: Row, token: int) -> list[int]:
         """Append ``token`` to ``row`` and, with :attr:`jump_forward`, each next token its constraint forces (the

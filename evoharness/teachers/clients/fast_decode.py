@@ -168,42 +168,52 @@ class Qwen3Runner:
     def decode(self, state: DecodeState, rows: int, tokens: torch.Tensor) -> torch.Tensor:
         """One token for each of the slots ``0..rows-1`` (``tokens`` [rows]): append its keys and values and return
         the logits of the next token [rows, vocab]."""
-        return self.extend(state, tokens.view(rows, 1), torch.ones(rows, dtype=torch.long, device=self.device))
+        return self.extend(state, [[token] for token in tokens.view(rows).tolist()])
 
-    def extend(self, state: DecodeState, tokens: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-        """``counts[i]`` tokens for each slot ``i`` of ``0..rows-1`` (``tokens`` [rows, width], each row's tokens
-        first, the rest padding): append their keys and values and return the logits of the token after each
-        slot's last one [rows, vocab]. One token a slot is a decode step; more are tokens the constraint forced,
-        taken in the same pass (their padding is computed, written past the slot's length and never attended)."""
-        rows, width = tokens.shape
+    def extend(self, state: DecodeState, runs: list[list[int]]) -> torch.Tensor:
+        """The tokens ``runs[i]`` (at least one) appended to slot ``i`` of ``0..rows-1`` in one pass: their keys and
+        values written, and the logits of the token after each slot's last one returned [rows, vocab]. One token a
+        slot is a decode step; more are tokens the constraint forced. The tokens go through the projections and the
+        MLP packed (each once); only attention takes each slot's queries padded to the longest run."""
+        rows, width = len(runs), max(len(run) for run in runs)
         lengths = state.lengths[:rows]
         state.reserve(int(lengths.max()) + width)
-        positions = lengths.view(rows, 1) + torch.arange(width, device=self.device).view(1, width)
-        hidden = self._embed(tokens)
-        cos, sin = self.rotary(hidden, positions)
+        counts = torch.tensor([len(run) for run in runs], device=self.device)
+        slot, offset, positions = torch.arange(rows, device=self.device), None, lengths
+        if width > 1:  # each packed token's slot, its place in the slot's run, and its position
+            slot = slot.repeat_interleave(counts)
+            offset = torch.arange(len(slot), device=self.device) - (counts.cumsum(0) - counts).repeat_interleave(counts)
+            positions = lengths[slot] + offset
+        hidden = self._embed(torch.tensor([[token for run in runs for token in run]], device=self.device))
+        cos, sin = self.rotary(hidden, positions.view(1, -1))
         keys_width = int(lengths.max()) + width
-        # query j of row i sees the keys up to its own position lengths[i] + j
+        # query j of slot i (padded) sees the keys up to its own position lengths[i] + j
+        query_positions = lengths.view(rows, 1) + torch.arange(width, device=self.device).view(1, width)
         mask = (torch.arange(keys_width, device=self.device).view(1, 1, keys_width)
-                <= positions.view(rows, width, 1)).view(rows, 1, 1, width, keys_width)
+                <= query_positions.view(rows, width, 1)).view(rows, 1, 1, width, keys_width)
         if width > 1:  # one query token: the mask broadcasts over the group's heads
             mask = mask.expand(rows, 1, self.groups, width, keys_width)
         mask = mask.reshape(rows, 1, -1, keys_width)
-        index = torch.arange(rows, device=self.device).view(rows, 1)
         for layer_index, layer in enumerate(self.layers):
-            q, k, v = self._project(layer, hidden)
+            q, k, v = self._project(layer, hidden)  # [1, heads, tokens, head_dim]
             q, k = _apply_rotary(q, k, cos, sin)
             keys, values = state.keys[layer_index], state.values[layer_index]
-            keys[index, :, positions] = k.transpose(1, 2)
-            values[index, :, positions] = v.transpose(1, 2)
+            keys[slot, :, positions] = k[0].transpose(0, 1)
+            values[slot, :, positions] = v[0].transpose(0, 1)
+            queries = q[0].transpose(0, 1)  # [tokens, heads, head_dim]
+            if width > 1:
+                padded = queries.new_zeros(rows, width, self.heads, self.head_dim)
+                padded[slot, offset] = queries
+                queries = padded.transpose(1, 2)
             # the query heads that share a key/value head attend as one group, without copies
-            grouped = q.reshape(rows, self.kv_heads, self.groups * width, self.head_dim)
+            grouped = queries.reshape(rows, self.kv_heads, self.groups * width, self.head_dim)
             out = F.scaled_dot_product_attention(grouped, keys[:rows, :, :keys_width], values[:rows, :, :keys_width],
                                                  attn_mask=mask, scale=self.scaling)
-            out = out.view(rows, self.heads, width, self.head_dim).transpose(1, 2)
-            hidden = self._finish_layer(layer, hidden, out.reshape(rows, width, self.heads * self.head_dim))
+            if width > 1:
+                out = out.view(rows, self.heads, width, self.head_dim).transpose(1, 2)[slot, offset]
+            hidden = self._finish_layer(layer, hidden, out.reshape(1, -1, self.heads * self.head_dim))
         state.lengths[:rows] += counts
-        last = hidden[:, 0] if width == 1 else hidden[torch.arange(rows, device=self.device), counts - 1]
-        return self._logits(last)
+        return self._logits(hidden[0, counts.cumsum(0) - 1] if width > 1 else hidden[0])
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The next-token logits of final hidden states, through the model's own final norm and LM head."""
