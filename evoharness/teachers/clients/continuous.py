@@ -6,7 +6,7 @@ cache instead of recomputed), and :meth:`~ContinuousDecoder.step` picks every ro
 action constraint, greedy or sampled), hands back the rows that ended and decodes one token for the others. Where
 the constraint allows a single next token (``</action>`` after a complete command, the fixed text between the thought
 and the action), that token is taken without asking the model, and a row's run of such tokens goes through the model
-in the same pass as the other rows' next tokens (jump-forward decoding: about a fifth fewer passes, measured in
+in the same pass as the other rows' next tokens (jump-forward decoding: 35–40 % fewer passes, measured in
 ``benchmarks/results/jump_forward.json``). Greedy rows pick the same tokens as ``generate`` up to floating-point
 summation order (``benchmarks/student_speed.py`` checks the decisions on held-out turns); sampled rows draw from the
 same distribution, though not the same random numbers as a decoder that samples forced tokens.

@@ -2,9 +2,9 @@
 
 The model's own weights do the work, each decoder layer's taken as five matrices: the query, key and value
 projections stacked into one, the output projection, the MLP's gate and up projections stacked into one, and its down
-projection (a decode step is bound by its number of small operations, not its FLOPs: stacking and fused RMS norms
-take it from about 45 operations a layer to about 20, with the same results as the model's modules, bit for bit in
-fp32 on the CPUs measured). The rotary embedding, the final norm and the LM head are the model's own modules. Every
+projection (a decode step of a few rows costs its number of small operations more than its FLOPs: stacking and
+fused RMS norms take it from about 45 operations a layer to about 20, with the same logits as the model's modules,
+bit for bit in fp32 on the CPU measured, docs/results.md "Jump-forward decoding"). The rotary embedding, the final norm and the LM head are the model's own modules. Every
 request owns a slot of a preallocated key/value cache: prompts are prefilled packed, without padding, each against
 its own causal context, and a decode step runs one token for every active slot against that slot's own length. What
 ``generate`` spends on a batch (left padding to its longest prompt, every row kept until its longest completion
@@ -54,7 +54,8 @@ class LayerWeights:
 
     @classmethod
     def of(cls, layer: Any, dtype: torch.dtype) -> LayerWeights:
-        """``layer``'s weights in ``dtype`` (copies; stacked ones are copies in any dtype)."""
+        """``layer``'s weights in ``dtype``: the layer's own tensors where they are in ``dtype`` already, copies
+        otherwise; the stacked ones are always copies."""
         attn, mlp = layer.self_attn, layer.mlp
 
         def take(tensor: torch.Tensor) -> torch.Tensor:
