@@ -183,6 +183,15 @@ def version_row(db: str, row: dict[str, Any], chain: list[str]) -> dict[str, Any
                else {})}
 
 
+def retrained(earlier: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[str]:
+    """The versions of ``rows`` that ``earlier`` rows (a results file's) hold from another training: the same id with
+    another training time or code (a warehouse rebuilt under the same ids trains other weights; its rows are another
+    lineage and belong in another results file)."""
+    before = {r["model_version"]: r for r in earlier}
+    return [r["model_version"] for r in rows if r["model_version"] in before and any(
+        before[r["model_version"]][key] != r[key] for key in ("train_seconds", "code_version"))]
+
+
 def configuration_rows(runs: list[dict[str, Any]], recipe: Recipe, overrides: list[str]) -> list[dict[str, Any]]:
     """The rows of every version this recipe file and these overrides made (each stage's own overrides, any seed):
     those of this run and those an earlier run left in the results file, whose versions the warehouse may no longer
@@ -316,6 +325,9 @@ def main() -> None:
     if "results" in args.stages:
         rows = [version_row(db, row, chains[row["model_version"]]) for row in versions if row["model_version"] in chains]
         earlier = json.loads(results.read_text()) if results.is_file() else {}
+        if others := retrained(earlier.get("runs", []), rows):
+            raise SystemExit(f"students.py: {results.name} holds {', '.join(others)} from another training than this "
+                             "warehouse's (same id, other weights): write this lineage to another --results file")
         kept = [r for r in earlier.get("runs", []) if r["model_version"] not in chains]
         every = [*kept, *rows]
         measured = configuration_rows(every, recipe, args.overrides)

@@ -100,6 +100,15 @@ def test_a_claim_covers_the_seeds_an_earlier_run_left_in_the_results_file(studen
     assert grpo["seeds"] == 3 and grpo["mean"] == pytest.approx(0.82)
 
 
+def test_a_version_trained_again_under_its_id_is_not_mixed_into_the_earlier_rows(students: ModuleType) -> None:
+    """The same id from another training (a rebuilt warehouse) is another lineage: the results stage refuses it."""
+    first = {"model_version": "expert-sft-x", "train_seconds": 3065.6, "code_version": "0.1.0+ga"}
+    assert students.retrained([first], [dict(first)]) == []  # the same version, reported again
+    assert students.retrained([first], [first | {"train_seconds": 3499.4}]) == ["expert-sft-x"]
+    assert students.retrained([first], [first | {"code_version": "0.1.0+gb"}]) == ["expert-sft-x"]
+    assert students.retrained([first], [first | {"model_version": "expert-sft-y", "train_seconds": 1.0}]) == []
+
+
 def test_a_grpo_row_keeps_the_curve_its_chart_draws(students: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
     import json
 
